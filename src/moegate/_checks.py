@@ -1,0 +1,192 @@
+"""Validation of user input, in one place.
+
+Every function raises ``ValueError`` (``TypeError`` for dtypes) whose message names the argument, the
+value it got and the range it allows. Nothing here synchronises with a device: values that live on a
+GPU are checked only where SPEC.md says so (hash tables, once per table, on the host).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Iterable, Sequence
+
+import torch
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+def _check_int(name: str, value, low: int | None = None, high: int | None = None) -> None:
+    """An int (not a bool) in [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if low is not None and value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be <= {high}, got {value}")
+
+
+def _check_positive_float(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a float, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be finite and > 0, got {value}")
+
+
+def _check_nonnegative_float(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a float, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be finite and >= 0, got {value}")
+
+
+def _check_choice(name: str, value, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def _check_float_tensor(name: str, t, shape: tuple[int, ...] | None = None, ndim: int | None = None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float32, float16 or bfloat16, got {t.dtype}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
+    if shape is not None and tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+
+
+def _check_same_device(name: str, t: torch.Tensor, device: torch.device) -> None:
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device}, but logits are on {device}")
+
+
+def _check_logits(logits, width: int) -> None:
+    """logits: [T, width] float tensor, any strides."""
+    _check_float_tensor("logits", logits, ndim=2)
+    if logits.shape[1] != width:
+        raise ValueError(
+            f"logits must have shape [T, {width}] (num_experts + num_zero_experts), got {tuple(logits.shape)}"
+        )
+
+
+def _check_bias(bias, has_bias: bool, width: int, device: torch.device) -> None:
+    if has_bias and bias is None:
+        raise ValueError("bias: the config has has_correction_bias=True, so route() needs bias=[E] tensor")
+    if not has_bias and bias is not None:
+        raise ValueError("bias: the config has has_correction_bias=False, but a bias tensor was given")
+    if bias is not None:
+        _check_float_tensor("bias", bias, shape=(width,))
+        _check_same_device("bias", bias, device)
+
+
+def _check_expert_scale(expert_scale, has_scale: bool, num_experts: int, device: torch.device) -> None:
+    if has_scale and expert_scale is None:
+        raise ValueError("expert_scale: the config has has_expert_scale=True, so route() needs expert_scale=[E]")
+    if not has_scale and expert_scale is not None:
+        raise ValueError("expert_scale: the config has has_expert_scale=False, but expert_scale was given")
+    if expert_scale is not None:
+        _check_float_tensor("expert_scale", expert_scale, shape=(num_experts,))
+        _check_same_device("expert_scale", expert_scale, device)
+
+
+def _check_num_valid_tokens(num_valid_tokens, num_tokens: int, device: torch.device) -> None:
+    if num_valid_tokens is None:
+        return
+    if isinstance(num_valid_tokens, torch.Tensor):
+        if num_valid_tokens.numel() != 1 or num_valid_tokens.dtype not in INT_DTYPES:
+            raise ValueError(
+                "num_valid_tokens must be an int or a one-element integer tensor, got a tensor of "
+                f"shape {tuple(num_valid_tokens.shape)} and dtype {num_valid_tokens.dtype}"
+            )
+        _check_same_device("num_valid_tokens", num_valid_tokens, device)
+        return
+    _check_int("num_valid_tokens", num_valid_tokens, 0, num_tokens)
+
+
+def _check_home_rank(home_rank, ep_size: int) -> None:
+    if isinstance(home_rank, bool) or not isinstance(home_rank, int):
+        raise ValueError(f"home_rank must be an int, got {home_rank!r}")
+    if not 0 <= home_rank < ep_size:
+        raise ValueError(f"home_rank must be in [0, ep_size={ep_size}), got {home_rank}")
+
+
+def _check_out(out, num_tokens: int, width: int, device: torch.device) -> None:
+    if out is None:
+        return
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise ValueError("out must be a (weights, ids) pair of tensors")
+    weights, ids = out
+    for name, t, dtype in (("out[0] (weights)", weights, torch.float32), ("out[1] (ids)", ids, torch.int32)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != dtype:
+            raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
+        if tuple(t.shape) != (num_tokens, width):
+            raise ValueError(f"{name} must have shape {(num_tokens, width)}, got {tuple(t.shape)}")
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device}, but logits are on {device}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous, got strides {t.stride()}")
+
+
+def _check_token_ids(token_ids, num_tokens: int, device: torch.device) -> None:
+    if token_ids is None:
+        raise ValueError("token_ids: routing='hash' needs token_ids=[T] integer tensor")
+    if not isinstance(token_ids, torch.Tensor) or token_ids.dtype not in INT_DTYPES:
+        raise TypeError(f"token_ids must be an integer tensor, got {getattr(token_ids, 'dtype', type(token_ids))}")
+    if tuple(token_ids.shape) != (num_tokens,):
+        raise ValueError(f"token_ids must have shape ({num_tokens},), got {tuple(token_ids.shape)}")
+    _check_same_device("token_ids", token_ids, device)
+
+
+# Tables already validated, so that a CUDA table is copied to the host once, not on every call.
+_CHECKED_TABLES: "weakref.WeakKeyDictionary[torch.Tensor, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _check_hash_table(hash_table, num_experts: int, top_k: int, device: torch.device) -> None:
+    """hash_table: [vocab, K] integer tensor of logical ids, distinct within a row."""
+    if hash_table is None:
+        raise ValueError("hash_table: routing='hash' needs hash_table=[vocab, K] integer tensor")
+    if not isinstance(hash_table, torch.Tensor) or hash_table.dtype not in INT_DTYPES:
+        raise TypeError(f"hash_table must be an integer tensor, got {getattr(hash_table, 'dtype', type(hash_table))}")
+    if hash_table.dim() != 2 or hash_table.shape[1] != top_k or hash_table.shape[0] < 1:
+        raise ValueError(f"hash_table must have shape [vocab >= 1, top_k={top_k}], got {tuple(hash_table.shape)}")
+    _check_same_device("hash_table", hash_table, device)
+    stamp = (hash_table.data_ptr(), tuple(hash_table.shape), hash_table._version, num_experts)
+    if _CHECKED_TABLES.get(hash_table) == stamp:
+        return
+    table = hash_table.detach().to("cpu", torch.int64)
+    bad = (table < 0) | (table >= num_experts)
+    if bool(bad.any()):
+        row, col = (int(v) for v in bad.nonzero()[0])
+        raise ValueError(
+            f"hash_table[{row}, {col}] = {int(table[row, col])} is outside [0, num_experts={num_experts})"
+        )
+    ordered = table.sort(dim=1).values
+    repeats = ordered[:, 1:] == ordered[:, :-1]
+    if bool(repeats.any()):
+        row = int(repeats.nonzero()[0, 0])
+        raise ValueError(f"hash_table row {row} repeats an expert: {table[row].tolist()}")
+    _CHECKED_TABLES[hash_table] = stamp
+
+
+def _check_placement_table(physical_to_logical: Iterable[int], num_experts: int) -> tuple[int, ...]:
+    table = tuple(physical_to_logical)
+    if not table:
+        raise ValueError("physical_to_logical must name at least one slot, got an empty table")
+    for slot, expert in enumerate(table):
+        if isinstance(expert, bool) or not isinstance(expert, int):
+            raise ValueError(f"physical_to_logical[{slot}] must be an int, got {expert!r}")
+        if not 0 <= expert < num_experts:
+            raise ValueError(
+                f"physical_to_logical[{slot}] = {expert} is outside [0, num_experts={num_experts})"
+            )
+    missing = sorted(set(range(num_experts)) - set(table))
+    if missing:
+        raise ValueError(
+            f"physical_to_logical must place every logical expert at least once; missing {missing[:8]}"
+            + (" ..." if len(missing) > 8 else "")
+        )
+    return table

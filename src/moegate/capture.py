@@ -1,0 +1,123 @@
+"""RoutingRecorder: routed-only, logical expert ids per layer, for replay (SPEC.md step 12)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from moegate._checks import _check_int
+
+RECORD_DTYPES = (torch.int16, torch.int32)
+
+
+class RoutingRecorder:
+    """A preallocated buffer ``ids [num_layers, max_tokens, top_k]`` of logical routed ids.
+
+    ``route(..., recorder=rec, layer=i)`` writes the batch's logical routed ids (before placement, never
+    the shared columns) into ``ids[i, :T]``; padded rows are written as -1. The buffer is allocated once,
+    here, so recording is CUDA-graph safe; a batch with more than ``max_tokens`` rows raises ValueError
+    before anything runs. ``num_tokens[i]`` holds the T of the last batch recorded at layer i
+    (-1: never recorded).
+
+    Parameters
+    ----------
+    num_layers, max_tokens, top_k : int
+        Buffer shape. ``top_k`` is the routed K; shared experts are never recorded.
+    num_experts : int
+        E, kept as metadata so that a saved file can be checked on its own.
+    dtype : torch.int16 or torch.int32
+        int16 holds ids up to 32767.
+    device : torch device of the buffer; must be the device of the logits routed into it.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        max_tokens: int,
+        top_k: int,
+        num_experts: int,
+        *,
+        dtype: torch.dtype = torch.int32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        _check_int("num_layers", num_layers, 1)
+        _check_int("max_tokens", max_tokens, 0)
+        _check_int("top_k", top_k, 1)
+        _check_int("num_experts", num_experts, 1)
+        if dtype not in RECORD_DTYPES:
+            raise TypeError(f"dtype must be torch.int16 or torch.int32, got {dtype}")
+        if dtype == torch.int16 and num_experts > 32767:
+            raise ValueError(f"num_experts={num_experts} does not fit int16 ids; use dtype=torch.int32")
+        self.num_experts = num_experts
+        self.ids = torch.full((num_layers, max_tokens, top_k), -1, dtype=dtype, device=device)
+        self.num_tokens = torch.full((num_layers,), -1, dtype=torch.int64, device=device)
+
+    @property
+    def num_layers(self) -> int:
+        return self.ids.shape[0]
+
+    @property
+    def max_tokens(self) -> int:
+        return self.ids.shape[1]
+
+    @property
+    def top_k(self) -> int:
+        return self.ids.shape[2]
+
+    def check_batch(self, layer: int, num_tokens: int, top_k: int, device: torch.device) -> None:
+        """Raise ValueError unless a [num_tokens, top_k] batch on ``device`` fits ``layer``."""
+        _check_int("layer", layer, 0, self.num_layers - 1)
+        if top_k != self.top_k:
+            raise ValueError(f"recorder has top_k={self.top_k}, but the config routes top_k={top_k}")
+        if num_tokens > self.max_tokens:
+            raise ValueError(
+                f"recorder holds max_tokens={self.max_tokens} rows, but the batch has T={num_tokens}; "
+                "allocate the recorder for the largest batch"
+            )
+        if self.ids.device != device:
+            raise ValueError(f"recorder is on {self.ids.device}, but logits are on {device}")
+
+    def record(self, layer: int, ids: torch.Tensor) -> None:
+        """Write logical routed ids [T, K] (padded rows already -1) at ``layer``. No host sync."""
+        T = ids.shape[0]
+        self.ids[layer, :T].copy_(ids)
+        self.num_tokens[layer].fill_(T)
+
+    def layer_ids(self, layer: int) -> torch.Tensor:
+        """The ids [T, K] last recorded at ``layer`` (reads num_tokens on the host)."""
+        return self.ids[layer, : max(int(self.num_tokens[layer]), 0)]
+
+    def save(self, path: str | Path) -> None:
+        """Write a .safetensors file: tensors ``ids``, ``num_tokens``; metadata ``num_experts``, ``top_k``."""
+        from safetensors.torch import save_file
+
+        meta = {"format": "moegate.routing/1", "num_experts": str(self.num_experts), "top_k": str(self.top_k)}
+        save_file({"ids": self.ids.cpu().contiguous(), "num_tokens": self.num_tokens.cpu()}, str(path), meta)
+
+    @classmethod
+    def load(cls, path: str | Path, device: torch.device | str = "cpu") -> "RoutingRecorder":
+        """Read a file written by ``save``. Raises ValueError on a file that is not a moegate capture."""
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                meta = f.metadata() or {}
+                names = set(f.keys())
+                tensors = {name: f.get_tensor(name) for name in names}
+        except Exception as exc:  # safetensors raises its own error types for corrupt headers
+            raise ValueError(f"{path}: not a readable safetensors file ({exc})") from exc
+        if meta.get("format") != "moegate.routing/1" or not {"ids", "num_tokens"} <= names:
+            raise ValueError(f"{path}: not a moegate routing capture (metadata {json.dumps(meta)})")
+        ids, num_tokens = tensors["ids"], tensors["num_tokens"]
+        if ids.dim() != 3 or ids.dtype not in RECORD_DTYPES or num_tokens.shape != (ids.shape[0],):
+            raise ValueError(
+                f"{path}: ids must be [layers, max_tokens, top_k] int16/int32 and num_tokens [layers], got "
+                f"{tuple(ids.shape)} {ids.dtype} and {tuple(num_tokens.shape)}"
+            )
+        rec = cls.__new__(cls)
+        rec.num_experts = int(meta["num_experts"])
+        rec.ids = ids.to(device)
+        rec.num_tokens = num_tokens.to(device=device, dtype=torch.int64)
+        return rec

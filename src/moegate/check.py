@@ -1,0 +1,211 @@
+"""check_routing: every invariant of SPEC.md ("What is always true"), on any routing output."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from moegate.config import RouterConfig
+from moegate.layout import ExpertLayout
+from moegate.reference import route_reference, scores_and_keys, valid_rows
+
+
+class Violation(NamedTuple):
+    """One broken invariant. ``row``/``column`` are -1 where the whole output is concerned."""
+
+    row: int
+    column: int
+    what: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"row {self.row}, column {self.column}: {self.what}: {self.why}"
+
+
+class RoutingCheckError(ValueError):
+    """Raised by ``check_routing(..., strict=True)``; ``.violations`` lists them all."""
+
+    def __init__(self, violations: list[Violation]) -> None:
+        self.violations = violations
+        head = "\n".join(str(v) for v in violations[:10])
+        more = f"\n... and {len(violations) - 10} more" if len(violations) > 10 else ""
+        super().__init__(f"{len(violations)} routing invariant(s) violated:\n{head}{more}")
+
+
+def logical_routed_ids(ids: torch.Tensor, config: RouterConfig, layout: ExpertLayout) -> torch.Tensor:
+    """Undo placement and shared slots on the routed columns [T, K] -> logical ids (int64).
+
+    Ids that do not name a routed slot of the layout (out of range, or a per-rank shared slot) map to -1.
+    """
+    ids = ids.long()
+    E, S = config.num_experts, config.num_shared_experts
+    P = layout.num_physical(E)
+    physical = ids.clone()
+    if layout.shared_slots == "per_rank":
+        L = layout.slots_per_rank(E)
+        rank, local = ids // (L + S), ids % (L + S)
+        physical = torch.where((local < L) & (ids >= 0), rank * L + local, torch.full_like(ids, -1))
+    upper = P if config.num_zero_experts == 0 else config.num_scored
+    physical = torch.where((physical >= 0) & (physical < upper), physical, torch.full_like(ids, -1))
+    if layout.placement is None:
+        return physical
+    p2l, _, _ = layout.placement.tables(ids.device)
+    return torch.where(physical >= 0, p2l.long()[physical.clamp(min=0)], physical)
+
+
+def check_routing(
+    weights: torch.Tensor,
+    ids: torch.Tensor,
+    config: RouterConfig,
+    layout: ExpertLayout | None = None,
+    *,
+    logits: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    num_valid_tokens=None,
+    home_rank: int = 0,
+    token_ids: torch.Tensor | None = None,
+    hash_table: torch.Tensor | None = None,
+    expert_scale: torch.Tensor | None = None,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    strict: bool = False,
+) -> list[Violation]:
+    """The invariants that ``(weights, ids)`` from a router break, as a list (empty when all hold).
+
+    Checks, for each live row: exactly K distinct routed experts inside the layout's id space; S shared
+    columns with the right ids and weight (1, or 1/rsf with scale="on_output"); finite weights >= 0;
+    with renormalize, routed weights summing to 1 (rsf when folded); padded rows all -1 / 0. Given
+    ``logits`` (and ``bias``, ...), it also recomputes the selection with the reference: the same experts
+    (up to near-ties within ``rtol``) and the same weights (``rtol``/``atol``). With hash routing and
+    ``token_ids``/``hash_table`` it checks the ids against the table.
+
+    Reads the tensors on the host; not for the hot path. ``strict=True`` raises RoutingCheckError.
+    """
+    layout = layout or ExpertLayout()
+    found: list[Violation] = []
+
+    def add(row: int, col: int, what: str, why: str) -> None:
+        found.append(Violation(int(row), int(col), what, why))
+
+    K, S = config.top_k, config.num_shared_experts
+    C = layout.num_shared_columns(S)
+    width = K + C
+    weights_c, ids_c = weights.detach().cpu(), ids.detach().cpu()
+    if ids_c.dim() != 2 or ids_c.shape[1] != width or weights_c.shape != ids_c.shape:
+        add(-1, -1, "shape", f"ids and weights must both be [T, K + C] = [T, {width}], got "
+            f"{tuple(ids_c.shape)} and {tuple(weights_c.shape)}")
+        return _finish(found, strict)
+    T = ids_c.shape[0]
+    valid = valid_rows(T, num_valid_tokens.cpu() if isinstance(num_valid_tokens, torch.Tensor) else num_valid_tokens,
+                       torch.device("cpu")).squeeze(1)
+    ids64, w64 = ids_c.long(), weights_c.double()
+    space = layout.id_space(config.num_experts, S) if config.num_zero_experts == 0 else config.num_scored
+
+    for t in torch.nonzero(~valid).flatten().tolist():
+        bad = torch.nonzero((ids64[t] != -1) | (w64[t] != 0)).flatten().tolist()
+        for col in bad:
+            add(t, col, "padding", f"padded row must be id -1 / weight 0, got id {int(ids64[t, col])} "
+                f"weight {float(w64[t, col])}")
+
+    live = valid.clone()
+    out_of_space = live.unsqueeze(1) & ((ids64 < 0) | (ids64 >= space))
+    for t, col in torch.nonzero(out_of_space).tolist():
+        add(t, col, "id range", f"id {int(ids64[t, col])} is outside the id space [0, {space})")
+    bad_w = live.unsqueeze(1) & (~torch.isfinite(w64) | (w64 < 0))
+    for t, col in torch.nonzero(bad_w).tolist():
+        add(t, col, "weight", f"weight {float(w64[t, col])} is not finite and >= 0")
+
+    logical = logical_routed_ids(ids_c[:, :K], config, layout)  # [T, K]
+    not_routed = live.unsqueeze(1) & (logical < 0) & (ids64[:, :K] >= 0) & (ids64[:, :K] < space)
+    for t, col in torch.nonzero(not_routed).tolist():
+        add(t, col, "routed slot", f"id {int(ids64[t, col])} is not a routed slot (a shared slot in a routed column?)")
+    ordered = logical.sort(dim=1).values
+    dup = live.unsqueeze(1) & (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
+    for t in torch.nonzero(dup.any(dim=1)).flatten().tolist():
+        add(t, -1, "distinct", f"routed experts repeat: logical ids {logical[t].tolist()}")
+
+    if C:
+        expected_ids, expected_w = _shared_expectation(config, layout, home_rank)
+        for j in range(C):
+            col = K + j
+            wrong_id = live & (ids64[:, col] != expected_ids[j])
+            for t in torch.nonzero(wrong_id).flatten().tolist():
+                add(t, col, "shared id", f"shared column {j} must hold id {expected_ids[j]}, got {int(ids64[t, col])}")
+            wrong_w = live & ((w64[:, col] - expected_w).abs() > atol + rtol * expected_w)
+            for t in torch.nonzero(wrong_w).flatten().tolist():
+                add(t, col, "shared weight", f"shared weight must be {expected_w:.8g} "
+                    f"({'1' if layout.scale == 'in_weights' else '1/rsf'}), got {float(w64[t, col]):.8g}")
+
+    if config.renormalize and expert_scale is None:
+        target = config.routed_scaling_factor if layout.scale == "in_weights" else 1.0
+        rw = w64[:, :K] / target
+        norm = rw.pow(config.renorm_p).sum(dim=1).pow(1.0 / config.renorm_p)
+        # A row whose selected scores are all 0 (all-NaN logits) normalises to 0/(0 + eps) = 0.
+        off = live & (norm != 0) & ((norm - 1.0).abs() > 1e-5)
+        for t in torch.nonzero(off).flatten().tolist():
+            add(t, -1, "renormalize", f"routed weights must sum to {target:.6g} (norm p={config.renorm_p}), "
+                f"got {float(norm[t]) * target:.8g}")
+
+    if config.routing == "hash" and token_ids is not None and hash_table is not None:
+        expected = hash_table.detach().cpu().long()[token_ids.detach().cpu().long().clamp(min=0)]
+        wrong = live.unsqueeze(1) & (logical != expected)
+        for t, col in torch.nonzero(wrong).tolist():
+            add(t, col, "hash ids", f"hash table gives expert {int(expected[t, col])}, got {int(logical[t, col])}")
+
+    if logits is not None:
+        _check_against_reference(found, add, logits, bias, token_ids, hash_table, expert_scale, config, layout,
+                                 live, logical, w64, rtol, atol)
+    return _finish(found, strict)
+
+
+def _shared_expectation(config: RouterConfig, layout: ExpertLayout, home_rank: int) -> tuple[list[int], float]:
+    E, S = config.num_experts, config.num_shared_experts
+    P, L = layout.num_physical(E), layout.slots_per_rank(E)
+    if layout.shared_slots == "global":
+        ids = [P + j for j in range(S)]
+    else:
+        ids = [home_rank * (L + S) + L + j for j in range(S)]
+    return ids, (1.0 if layout.scale == "in_weights" else 1.0 / config.routed_scaling_factor)
+
+
+def _check_against_reference(found, add, logits, bias, token_ids, hash_table, expert_scale, config, layout, live,
+                             logical, w64, rtol, atol) -> None:
+    """Selection and weights against the fp64 reference, near-ties forgiven."""
+    logits = logits.detach().cpu()
+    bias_c = None if bias is None else bias.detach().cpu()
+    scale_c = None if expert_scale is None else expert_scale.detach().cpu()
+    K = config.top_k
+    ref_w, ref_ids = route_reference(
+        logits, config, ExpertLayout(scale=layout.scale), bias=bias_c,
+        token_ids=None if token_ids is None else token_ids.detach().cpu(),
+        hash_table=None if hash_table is None else hash_table.detach().cpu(),
+        expert_scale=scale_c, dtype=torch.float64,
+    )
+    if config.routing == "hash" and hash_table is None:
+        return
+    _, key = scores_and_keys(logits, config, bias_c, torch.float64)  # [T, W]
+    ref_ids = ref_ids[:, :K].long()
+    for t in torch.nonzero(live).flatten().tolist():
+        got, want = logical[t], ref_ids[t]
+        if (got < 0).any():
+            continue  # already reported
+        if set(got.tolist()) != set(want.tolist()):
+            got_keys = key[t, got].sort(descending=True).values
+            want_keys = key[t, want].sort(descending=True).values
+            near = torch.isclose(got_keys, want_keys, rtol=rtol, atol=atol) | (got_keys == want_keys)
+            if not bool(near.all()):
+                add(t, -1, "selection", f"experts {sorted(got.tolist())} differ from the reference's "
+                    f"{sorted(want.tolist())}")
+            continue
+        by_id_ref = dict(zip(want.tolist(), ref_w[t, :K].tolist()))
+        for col, e in enumerate(got.tolist()):
+            expected = by_id_ref[e]
+            if abs(float(w64[t, col]) - expected) > atol + rtol * abs(expected):
+                add(t, col, "weight value", f"expert {e}: weight {float(w64[t, col]):.8g}, reference {expected:.8g}")
+
+
+def _finish(found: list[Violation], strict: bool) -> list[Violation]:
+    if strict and found:
+        raise RoutingCheckError(found)
+    return found

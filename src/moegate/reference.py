@@ -1,0 +1,207 @@
+"""The routing contract (SPEC.md, "The pipeline, in order") in straight-line torch.
+
+This is the oracle: tests, benchmarks, the checker and the CLI import it; the Triton kernel must agree
+with it. It runs on any device, in fp32 (the contract) or fp64 (``dtype=torch.float64``, an oracle for
+the fp32 paths). Inputs are validated by ``moegate.route`` before they reach this module.
+
+Shape legend:
+    T  tokens (rows of logits)         E  routed experts      Z  zero (identity) experts
+    W  E + Z, width of the logits      K  routed experts per token
+    S  shared experts                  C  shared columns of the layout (0 or S)
+    G  groups (n_group)                P  physical routed slots, L = P / ep_size
+"""
+
+from __future__ import annotations
+
+import torch
+
+from moegate.config import RouterConfig
+from moegate.layout import ExpertLayout
+
+
+def scores_and_keys(
+    logits: torch.Tensor, config: RouterConfig, bias: torch.Tensor | None, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Steps 1-3: the scores s (weights come from these) and the selection keys. Both [T, W], ``dtype``."""
+    x = logits.to(dtype) * config.logit_scale  # [T, W]
+    if config.softcap is not None:
+        x = config.softcap * torch.tanh(x / config.softcap)
+    # NaN counts as -inf: score 0, key -inf, and the softmax of the other experts is undisturbed.
+    dead = torch.isnan(x) | (x == float("-inf"))  # [T, W]
+    x = x.masked_fill(dead, float("-inf"))
+    if config.scoring == "softmax":
+        row_max = x.amax(dim=1, keepdim=True)  # [T, 1]
+        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+        e = torch.exp(x - row_max)  # [T, W]
+        total = e.sum(dim=1, keepdim=True)  # [T, 1]
+        s = torch.where(total > 0, e / total, torch.zeros_like(e))
+    elif config.scoring == "sigmoid":
+        s = torch.sigmoid(x)
+    else:  # sqrtsoftplus
+        softplus = torch.where(x > 20, x, torch.log1p(torch.exp(torch.clamp(x, max=20))))
+        s = torch.sqrt(softplus)
+    key = s if config.selection == "scores" else x
+    if bias is not None:
+        key = key + bias.to(dtype)  # [T, W]
+    key = key.masked_fill(dead, float("-inf"))
+    return s, key
+
+
+def _stable_order(key: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """Indices sorting each row by key, descending; ties to the lower index. ``allowed`` entries first."""
+    order = torch.sort(key, dim=1, descending=True, stable=True).indices  # [T, N]
+    if allowed is not None:
+        allowed_sorted = torch.gather(allowed, 1, order).to(torch.int8)
+        regroup = torch.sort(allowed_sorted, dim=1, descending=True, stable=True).indices
+        order = torch.gather(order, 1, regroup)
+    return order
+
+
+def select_topk(key: torch.Tensor, config: RouterConfig) -> torch.Tensor:
+    """Steps 4-5: the K routed ids [T, K] (int64), ordered by key descending, ties to the lower id."""
+    T, W = key.shape
+    allowed = None
+    if config.n_group > 1:
+        grouped = key.view(T, config.n_group, config.group_size)  # [T, G, W/G]
+        if config.group_score == "top2_sum":
+            top2 = torch.sort(grouped, dim=2, descending=True).values[:, :, :2]  # [T, G, 2]
+            group_score = top2.sum(dim=2)  # [T, G]
+        else:
+            group_score = grouped.amax(dim=2)  # [T, G]
+        group_order = _stable_order(group_score)[:, : config.topk_group]  # [T, topk_group]
+        kept = torch.zeros(T, config.n_group, dtype=torch.bool, device=key.device)
+        kept.scatter_(1, group_order, True)  # [T, G]
+        kept = kept.repeat_interleave(config.group_size, dim=1)  # [T, W]
+        if config.group_fill == "zero":
+            key = torch.where(kept, key, torch.zeros_like(key))
+        else:
+            allowed = kept
+    return _stable_order(key, allowed)[:, : config.top_k]  # [T, K]
+
+
+def routed_weights(
+    scores: torch.Tensor,
+    ids: torch.Tensor,
+    config: RouterConfig,
+    layout: ExpertLayout,
+    expert_scale: torch.Tensor | None,
+) -> torch.Tensor:
+    """Steps 6-8: weights [T, K] from the unbiased scores, renormalised and scaled exactly once."""
+    w = torch.gather(scores, 1, ids)  # [T, K]
+    if config.renormalize:
+        if config.renorm_p == 1.0:
+            norm = w.sum(dim=1, keepdim=True)  # [T, 1]
+        else:
+            norm = w.pow(config.renorm_p).sum(dim=1, keepdim=True).pow(1.0 / config.renorm_p)
+        if config.renorm_eps_mode == "add":
+            w = w / (norm + config.renorm_eps)
+        else:
+            w = w / norm.clamp(min=config.renorm_eps)
+    if expert_scale is not None:
+        w = w * expert_scale.to(w.dtype)[ids]  # [T, K]
+    if layout.scale == "in_weights" and config.routed_scaling_factor != 1.0:
+        w = w * config.routed_scaling_factor
+    return w
+
+
+def place(
+    ids: torch.Tensor, config: RouterConfig, layout: ExpertLayout, home_rank: int
+) -> torch.Tensor:
+    """Step 9 and the routed half of step 10: logical ids [T, K] -> ids of the layout's id space [T, K]."""
+    T, K = ids.shape
+    physical = ids
+    if layout.placement is not None:
+        _, l2p, count = layout.placement.tables(ids.device)
+        L = layout.slots_per_rank(config.num_experts)
+        n = count.long()[ids]  # [T, K] replicas of each selected expert
+        token = torch.arange(T, device=ids.device).unsqueeze(1)  # [T, 1]
+        choice = token % n  # [T, K] round robin
+        if layout.replica_policy == "first":
+            choice = torch.zeros_like(choice)
+        elif layout.replica_policy == "home_rank":
+            slots = l2p.long()[ids]  # [T, K, R]
+            r = torch.arange(slots.shape[2], device=ids.device)
+            home = (slots >= 0) & (slots // L == home_rank)  # [T, K, R]
+            first_home = torch.where(home, r, slots.shape[2]).amin(dim=2)  # [T, K]
+            choice = torch.where(first_home < slots.shape[2], first_home, choice)
+        physical = l2p.long()[ids, choice]  # [T, K]
+    if layout.shared_slots == "per_rank":
+        L = layout.slots_per_rank(config.num_experts)
+        physical = physical + (physical // L) * config.num_shared_experts
+    return physical
+
+
+def shared_columns(
+    T: int, config: RouterConfig, layout: ExpertLayout, home_rank: int, device: torch.device, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step 10: the shared columns' ids [T, C] and weights [T, C]."""
+    C = layout.num_shared_columns(config.num_shared_experts)
+    j = torch.arange(C, device=device)  # [C]
+    P = layout.num_physical(config.num_experts)
+    if layout.shared_slots == "global":
+        cols = P + j
+    else:
+        L = layout.slots_per_rank(config.num_experts)
+        cols = home_rank * (L + config.num_shared_experts) + L + j
+    w = 1.0 if layout.scale == "in_weights" else 1.0 / config.routed_scaling_factor
+    ids = cols.unsqueeze(0).expand(T, C)  # [T, C]
+    weights = torch.full((T, C), w, dtype=dtype, device=device)  # [T, C]
+    return ids, weights
+
+
+def valid_rows(T: int, num_valid_tokens, device: torch.device) -> torch.Tensor:
+    """Step 11: [T, 1] bool, rows t < num_valid_tokens (an int or a one-element device tensor)."""
+    t = torch.arange(T, device=device).unsqueeze(1)  # [T, 1]
+    if num_valid_tokens is None:
+        return torch.ones_like(t, dtype=torch.bool)
+    if isinstance(num_valid_tokens, torch.Tensor):
+        return t < num_valid_tokens.reshape(1, 1).to(device=device, dtype=torch.long)
+    return t < num_valid_tokens
+
+
+def route_reference(
+    logits: torch.Tensor,
+    config: RouterConfig,
+    layout: ExpertLayout | None = None,
+    *,
+    bias: torch.Tensor | None = None,
+    num_valid_tokens=None,
+    home_rank: int = 0,
+    token_ids: torch.Tensor | None = None,
+    hash_table: torch.Tensor | None = None,
+    expert_scale: torch.Tensor | None = None,
+    recorder=None,
+    layer: int = 0,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """All twelve steps. Returns ``(weights [T, K + C] float32 (or dtype), ids [T, K + C] int32)``.
+
+    ``dtype=torch.float64`` computes everything in fp64 and returns fp64 weights (an oracle mode;
+    ``out`` must then be None).
+    """
+    layout = layout or ExpertLayout()
+    T = logits.shape[0]
+    device = logits.device
+    scores, key = scores_and_keys(logits, config, bias, dtype)  # [T, W], [T, W]
+    if config.routing == "hash":
+        live = valid_rows(T, num_valid_tokens, device).squeeze(1)  # [T]
+        tid = torch.where(live, token_ids.long(), torch.zeros_like(token_ids, dtype=torch.long))
+        ids = hash_table.long()[tid]  # [T, K]
+    else:
+        ids = select_topk(key, config)  # [T, K]
+    weights = routed_weights(scores, ids, config, layout, expert_scale)  # [T, K]
+    valid = valid_rows(T, num_valid_tokens, device)  # [T, 1]
+    if recorder is not None:
+        recorder.record(layer, torch.where(valid, ids, -1))
+    placed = place(ids, config, layout, home_rank)  # [T, K]
+    shared_ids, shared_w = shared_columns(T, config, layout, home_rank, device, weights.dtype)  # [T, C]
+    all_ids = torch.cat([placed, shared_ids], dim=1)  # [T, K + C]
+    all_w = torch.cat([weights, shared_w], dim=1)  # [T, K + C]
+    all_ids = torch.where(valid, all_ids, -1).to(torch.int32)
+    all_w = torch.where(valid, all_w, torch.zeros_like(all_w))
+    if out is not None:
+        out[0].copy_(all_w)
+        out[1].copy_(all_ids)
+        return out[0], out[1]
+    return all_w, all_ids
