@@ -142,7 +142,8 @@ def _check_token_ids(token_ids, num_tokens: int, device: torch.device) -> None:
 
 
 # Tables already validated, so that a CUDA table is copied to the host once, not on every call.
-_CHECKED_TABLES: "weakref.WeakKeyDictionary[torch.Tensor, tuple]" = weakref.WeakKeyDictionary()
+# Keyed by id(); the weak reference tells a live table from a new one that reuses a dead one's id.
+_CHECKED_TABLES: dict[int, tuple[weakref.ref, tuple]] = {}
 
 
 def _check_hash_table(hash_table, num_experts: int, top_k: int, device: torch.device) -> None:
@@ -155,7 +156,8 @@ def _check_hash_table(hash_table, num_experts: int, top_k: int, device: torch.de
         raise ValueError(f"hash_table must have shape [vocab >= 1, top_k={top_k}], got {tuple(hash_table.shape)}")
     _check_same_device("hash_table", hash_table, device)
     stamp = (hash_table.data_ptr(), tuple(hash_table.shape), hash_table._version, num_experts)
-    if _CHECKED_TABLES.get(hash_table) == stamp:
+    seen = _CHECKED_TABLES.get(id(hash_table))
+    if seen is not None and seen[0]() is hash_table and seen[1] == stamp:
         return
     table = hash_table.detach().to("cpu", torch.int64)
     bad = (table < 0) | (table >= num_experts)
@@ -169,7 +171,7 @@ def _check_hash_table(hash_table, num_experts: int, top_k: int, device: torch.de
     if bool(repeats.any()):
         row = int(repeats.nonzero()[0, 0])
         raise ValueError(f"hash_table row {row} repeats an expert: {table[row].tolist()}")
-    _CHECKED_TABLES[hash_table] = stamp
+    _CHECKED_TABLES[id(hash_table)] = (weakref.ref(hash_table), stamp)
 
 
 def _check_placement_table(physical_to_logical: Iterable[int], num_experts: int) -> tuple[int, ...]:

@@ -94,9 +94,11 @@ def routed_weights(
         else:
             norm = w.pow(config.renorm_p).sum(dim=1, keepdim=True).pow(1.0 / config.renorm_p)
         if config.renorm_eps_mode == "add":
-            w = w / (norm + config.renorm_eps)
+            denom = norm + config.renorm_eps  # [T, 1]
         else:
-            w = w / norm.clamp(min=config.renorm_eps)
+            denom = norm.clamp(min=config.renorm_eps)
+        # renorm_eps may be 0: a row whose selected scores are all 0 (all-NaN logits) keeps weights 0, not NaN.
+        w = torch.where(denom > 0, w / denom, torch.zeros_like(w))
     if expert_scale is not None:
         w = w * expert_scale.to(w.dtype)[ids]  # [T, K]
     if layout.scale == "in_weights" and config.routed_scaling_factor != 1.0:

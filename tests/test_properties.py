@@ -1,0 +1,94 @@
+"""Property tests: configs, layouts and inputs drawn across the whole space; check_routing finds nothing."""
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from moegate import ExpertLayout, ExpertPlacement, RouterConfig, check_routing, route
+from moegate.check import logical_routed_ids
+
+
+@st.composite
+def configs(draw):
+    n_group = draw(st.sampled_from([1, 1, 2, 4]))
+    group_size = draw(st.integers(2 if n_group > 1 else 1, 12))
+    zero = draw(st.sampled_from([0, 0, 0, 2])) if n_group == 1 else 0
+    E = n_group * group_size - zero if zero and n_group * group_size - zero >= 1 else n_group * group_size
+    zero = n_group * group_size - E
+    topk_group = draw(st.integers(1, n_group))
+    max_k = topk_group * group_size if n_group > 1 else E + zero
+    routing = draw(st.sampled_from(["topk", "topk", "topk", "hash"])) if zero == 0 else "topk"
+    return RouterConfig(
+        num_experts=E,
+        top_k=draw(st.integers(1, min(max_k, E if routing == "hash" else max_k))),
+        scoring=draw(st.sampled_from(["softmax", "sigmoid", "sqrtsoftplus"])),
+        selection=draw(st.sampled_from(["scores", "logits"])),
+        logit_scale=draw(st.sampled_from([1.0, 0.5, 3.0])),
+        softcap=draw(st.sampled_from([None, None, 2.0])),
+        has_correction_bias=draw(st.booleans()),
+        n_group=n_group,
+        topk_group=topk_group,
+        group_score=draw(st.sampled_from(["top2_sum", "max"])),
+        group_fill=draw(st.sampled_from(["exclude", "zero"])),
+        renormalize=draw(st.booleans()),
+        renorm_eps=draw(st.sampled_from([0.0, 1e-20, 1e-6])),
+        renorm_eps_mode=draw(st.sampled_from(["add", "clamp"])),
+        routed_scaling_factor=draw(st.sampled_from([1.0, 2.5, 0.25])),
+        num_shared_experts=draw(st.integers(0, 3)),
+        routing=routing,
+        num_zero_experts=zero,
+    )
+
+
+@st.composite
+def layouts(draw, cfg: RouterConfig):
+    if cfg.num_zero_experts:
+        return ExpertLayout(scale=draw(st.sampled_from(["in_weights", "on_output"])))
+    E = cfg.num_experts
+    ep_size = draw(st.sampled_from([d for d in (1, 2, 4) if E % d == 0] or [1]))
+    placement = None
+    if draw(st.booleans()):
+        extra = draw(st.integers(0, 2)) * ep_size
+        perm = draw(st.permutations(list(range(E))))
+        replicas = [draw(st.integers(0, E - 1)) for _ in range(extra)]
+        placement = ExpertPlacement(tuple(perm) + tuple(replicas), num_experts=E)
+    return ExpertLayout(
+        shared_slots=draw(st.sampled_from(["none", "global", "per_rank"])),
+        ep_size=ep_size,
+        placement=placement,
+        replica_policy=draw(st.sampled_from(["round_robin", "home_rank", "first"])),
+        scale=draw(st.sampled_from(["in_weights", "on_output"])),
+    )
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_drawn_routing_satisfies_every_invariant(data):
+    cfg = data.draw(configs())
+    layout = data.draw(layouts(cfg))
+    T = data.draw(st.sampled_from([0, 1, 3, 17]))
+    seed = data.draw(st.integers(0, 2**31 - 1))
+    g = torch.Generator().manual_seed(seed)
+    W = cfg.num_scored
+    logits = torch.randn(T, W, generator=g) * data.draw(st.sampled_from([0.1, 1.0, 8.0]))
+    if data.draw(st.booleans()) and T:
+        logits[torch.rand(T, W, generator=g) < 0.1] = float("nan")
+    dtype = data.draw(st.sampled_from([torch.float32, torch.float16, torch.bfloat16]))
+    logits = logits.to(dtype)
+    bias = torch.randn(W, generator=g) * 0.1 if cfg.has_correction_bias else None
+    nvt = data.draw(st.one_of(st.none(), st.integers(0, T)))
+    home_rank = data.draw(st.integers(0, layout.ep_size - 1))
+    kw = dict(bias=bias, num_valid_tokens=nvt, home_rank=home_rank)
+    if cfg.routing == "hash":
+        vocab = 11
+        kw["hash_table"] = torch.stack([torch.randperm(cfg.num_experts, generator=g)[: cfg.top_k] for _ in range(vocab)])
+        kw["token_ids"] = torch.randint(0, vocab, (T,), generator=g)
+    w, ids = route(logits, cfg, layout, backend="reference", **kw)
+    violations = check_routing(w, ids, cfg, layout, logits=logits, **kw)
+    assert violations == [], violations[:3]
+    # Fused layouts change where ids live, never which experts or weights.
+    plain_kw = dict(kw, home_rank=0)
+    pw, pids = route(logits, cfg, ExpertLayout(scale=layout.scale), backend="reference", **plain_kw)
+    K = cfg.top_k
+    assert torch.equal(logical_routed_ids(ids[:, :K], cfg, layout), pids.long())
+    assert torch.equal(w[:, :K], pw)

@@ -1,0 +1,317 @@
+"""Hand-computed cases for every step of SPEC.md's pipeline, on the reference router."""
+
+import math
+
+import pytest
+import torch
+
+from moegate import ExpertLayout, ExpertPlacement, RouterConfig, RoutingRecorder, check_routing, route
+
+NAN, INF = float("nan"), float("inf")
+
+
+def r(logits, config, layout=None, **kw):
+    return route(torch.tensor(logits, dtype=torch.float32), config, layout, backend="reference", **kw)
+
+
+def test_softmax_topk_renormalize_by_hand():
+    cfg = RouterConfig(num_experts=4, top_k=2, scoring="softmax", renormalize=True, renorm_eps=0.0)
+    w, ids = r([[0.0, 1.0, 2.0, 3.0]], cfg)
+    assert ids.tolist() == [[3, 2]]
+    e3, e2 = math.exp(3.0), math.exp(2.0)
+    assert w[0].tolist() == pytest.approx([e3 / (e3 + e2), e2 / (e3 + e2)], rel=1e-6)
+    assert w.dtype == torch.float32 and ids.dtype == torch.int32
+
+
+def test_softmax_without_renormalize_keeps_full_softmax_weights():
+    cfg = RouterConfig(num_experts=3, top_k=1, scoring="softmax", renormalize=False)
+    w, ids = r([[1.0, 0.0, 0.0]], cfg)
+    assert ids.tolist() == [[0]]
+    assert float(w[0, 0]) == pytest.approx(math.e / (math.e + 2), rel=1e-6)
+
+
+def test_sigmoid_weights_are_raw_scores_times_rsf():
+    cfg = RouterConfig(num_experts=3, top_k=2, scoring="sigmoid", renormalize=False, routed_scaling_factor=2.5)
+    w, ids = r([[0.5, -1.0, 2.0]], cfg)
+    assert ids.tolist() == [[2, 0]]
+    sig = lambda v: 1 / (1 + math.exp(-v))  # noqa: E731
+    assert w[0].tolist() == pytest.approx([2.5 * sig(2.0), 2.5 * sig(0.5)], rel=1e-6)
+
+
+def test_sqrtsoftplus_both_branches():
+    cfg = RouterConfig(num_experts=2, top_k=2, scoring="sqrtsoftplus", renormalize=False)
+    w, ids = r([[30.0, 0.0]], cfg)
+    assert ids.tolist() == [[0, 1]]
+    assert w[0].tolist() == pytest.approx([math.sqrt(30.0), math.sqrt(math.log(2.0))], rel=1e-6)
+
+
+def test_logit_scale_then_softcap():
+    cfg = RouterConfig(num_experts=2, top_k=2, scoring="sigmoid", renormalize=False, logit_scale=2.0, softcap=1.5)
+    w, _ = r([[1.0, -3.0]], cfg)
+    x = [1.5 * math.tanh(2.0 / 1.5), 1.5 * math.tanh(-6.0 / 1.5)]
+    assert w[0].tolist() == pytest.approx([1 / (1 + math.exp(-v)) for v in x], rel=1e-6)
+
+
+def test_bias_changes_selection_but_not_weights():
+    cfg = RouterConfig(num_experts=4, top_k=2, scoring="sigmoid", has_correction_bias=True, renormalize=False)
+    bias = torch.tensor([0.0, 0.0, 0.0, 10.0])
+    w, ids = r([[3.0, 2.0, 1.0, -1.0]], cfg, bias=bias)
+    assert ids.tolist() == [[3, 0]]
+    assert w[0].tolist() == pytest.approx([1 / (1 + math.exp(1.0)), 1 / (1 + math.exp(-3.0))], rel=1e-6)
+
+
+def test_selection_on_logits_with_bias_then_sigmoid():
+    # Kolibri-style: key = logits + bias, weight = sigmoid(logit).
+    cfg = RouterConfig(num_experts=3, top_k=1, scoring="sigmoid", selection="logits", has_correction_bias=True,
+                       renormalize=False)
+    w, ids = r([[1.0, 0.5, 0.0]], cfg, bias=torch.tensor([0.0, 0.6, 0.0]))
+    assert ids.tolist() == [[1]]
+    assert float(w[0, 0]) == pytest.approx(1 / (1 + math.exp(-0.5)), rel=1e-6)
+
+
+def test_ties_go_to_lower_id_and_columns_descend():
+    cfg = RouterConfig(num_experts=6, top_k=3, scoring="sigmoid", renormalize=False)
+    _, ids = r([[1.0, 2.0, 2.0, 0.0, 2.0, 1.0]], cfg)
+    assert ids.tolist() == [[1, 2, 4]]
+    _, ids = r([[5.0, 1.0, 2.0, 1.0, 0.0, 1.0]], cfg)
+    assert ids.tolist() == [[0, 2, 1]]
+
+
+def test_all_equal_logits_pick_lowest_ids():
+    cfg = RouterConfig(num_experts=8, top_k=3, scoring="softmax", renorm_eps=0.0)
+    w, ids = r([[0.25] * 8], cfg)
+    assert ids.tolist() == [[0, 1, 2]]
+    assert w[0].tolist() == pytest.approx([1 / 3] * 3, rel=1e-6)
+
+
+def test_nan_logit_is_minus_inf_and_does_not_disturb_softmax():
+    cfg = RouterConfig(num_experts=4, top_k=2, scoring="softmax", renormalize=False)
+    w, ids = r([[NAN, 1.0, 0.0, NAN]], cfg)
+    assert ids.tolist() == [[1, 2]]
+    assert w[0].tolist() == pytest.approx([math.e / (math.e + 1), 1 / (math.e + 1)], rel=1e-6)
+    # K reaches into the NaN experts: they come last, lower id first, with weight 0.
+    cfg4 = RouterConfig(num_experts=4, top_k=4, scoring="sigmoid", renormalize=False)
+    w, ids = r([[NAN, 1.0, -INF, NAN]], cfg4)
+    assert ids.tolist() == [[1, 0, 2, 3]]
+    assert w[0, 1:].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_nan_key_loses_even_with_a_large_bias():
+    cfg = RouterConfig(num_experts=3, top_k=1, scoring="sigmoid", has_correction_bias=True, renormalize=False)
+    _, ids = r([[NAN, -5.0, -6.0]], cfg, bias=torch.tensor([100.0, 0.0, 0.0]))
+    assert ids.tolist() == [[1]]
+
+
+def test_all_nan_row_gives_distinct_ids_and_zero_weights():
+    cfg = RouterConfig(num_experts=5, top_k=3, scoring="softmax", renormalize=True)
+    w, ids = r([[NAN] * 5], cfg)
+    assert ids.tolist() == [[0, 1, 2]]
+    assert w.tolist() == [[0.0, 0.0, 0.0]]
+
+
+def test_k_equals_e_returns_every_expert_sorted():
+    cfg = RouterConfig(num_experts=5, top_k=5, scoring="softmax", renorm_eps=0.0)
+    w, ids = r([[0.1, 0.5, -0.2, 0.3, 0.0]], cfg)
+    assert ids.tolist() == [[1, 3, 0, 4, 2]]
+    assert float(w.sum()) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_groups_top2_sum_exclude():
+    # 8 experts in 4 groups of 2; group scores (top2 sums): g0=0.3, g1=1.1, g2=0.2, g3=1.0; keep 2 -> g1, g3.
+    cfg = RouterConfig(num_experts=8, top_k=3, scoring="sigmoid", selection="logits", n_group=4, topk_group=2,
+                       renormalize=False)
+    logits = [[0.2, 0.1, 0.6, 0.5, 0.15, 0.05, 0.9, 0.1]]
+    _, ids = r(logits, cfg)
+    assert ids.tolist() == [[6, 2, 3]]
+
+
+def test_groups_max_score():
+    cfg = RouterConfig(num_experts=8, top_k=2, scoring="sigmoid", selection="logits", n_group=4, topk_group=1,
+                       group_score="max", renormalize=False)
+    _, ids = r([[0.2, 0.1, 0.6, 0.5, 0.7, -5.0, 0.3, 0.1]], cfg)
+    assert ids.tolist() == [[4, 5]]  # one group kept: group 2 (max 0.7), both its experts
+
+
+def test_one_group_kept_restricts_selection_to_it():
+    cfg = RouterConfig(num_experts=6, top_k=2, scoring="softmax", n_group=3, topk_group=1, renorm_eps=0.0)
+    _, ids = r([[0.0, 0.0, 3.0, -9.0, 2.5, 2.4]], cfg)
+    # top2 sums: g0=0, g1=-6, g2=4.9 -> only group 2
+    assert ids.tolist() == [[4, 5]]
+
+
+def test_group_ties_go_to_lower_group():
+    cfg = RouterConfig(num_experts=4, top_k=2, scoring="sigmoid", selection="logits", n_group=2, topk_group=1,
+                       renormalize=False)
+    _, ids = r([[1.0, 0.0, 0.0, 1.0]], cfg)
+    assert ids.tolist() == [[0, 1]]
+
+
+def test_group_fill_zero_lets_dropped_experts_compete_with_negative_keys():
+    # Sigmoid + a negative bias: kept experts have negative keys, so dropped ones (key 0.0) win.
+    cfg = RouterConfig(num_experts=4, top_k=2, scoring="sigmoid", has_correction_bias=True, n_group=2,
+                       topk_group=1, group_fill="zero", renormalize=False)
+    bias = torch.tensor([-2.0, -2.0, -3.0, -3.0])
+    w, ids = r([[0.0, 0.0, 0.0, 0.0]], cfg, bias=bias)
+    # keys: -1.5, -1.5 (kept group 0), dropped group 1 -> 0.0, 0.0
+    assert ids.tolist() == [[2, 3]]
+    assert w[0].tolist() == pytest.approx([0.5, 0.5])
+    cfg_ex = cfg.replace(group_fill="exclude")
+    _, ids = r([[0.0, 0.0, 0.0, 0.0]], cfg_ex, bias=bias)
+    assert ids.tolist() == [[0, 1]]
+
+
+def test_exclude_never_selects_dropped_groups_even_below_minus_inf():
+    cfg = RouterConfig(num_experts=6, top_k=3, scoring="sigmoid", n_group=2, topk_group=1, renormalize=False)
+    # Group 1 wins on its top-2 sum; its third expert is NaN (key -inf), yet it beats the dropped group 0.
+    _, ids = r([[-9.0, -9.0, -9.0, 5.0, 4.0, NAN]], cfg)
+    assert ids.tolist() == [[3, 4, 5]]
+    _, ids = r([[NAN] * 6], cfg)
+    assert ids.tolist() == [[0, 1, 2]]
+
+
+def test_renorm_eps_add_and_clamp_and_p_norm():
+    base = RouterConfig(num_experts=3, top_k=2, scoring="sigmoid", renormalize=True, renorm_eps=0.5)
+    w, _ = r([[0.0, 0.0, -9.0]], base)
+    assert w[0].tolist() == pytest.approx([0.5 / 1.5, 0.5 / 1.5], rel=1e-6)
+    w, _ = r([[0.0, 0.0, -9.0]], base.replace(renorm_eps_mode="clamp", renorm_eps=2.0))
+    assert w[0].tolist() == pytest.approx([0.25, 0.25], rel=1e-6)
+    w, _ = r([[0.0, 0.0, -9.0]], base.replace(renorm_eps=0.0, renorm_p=2.0))
+    assert w[0].tolist() == pytest.approx([1 / math.sqrt(2)] * 2, rel=1e-6)
+
+
+def test_expert_scale_after_renormalize_before_rsf():
+    cfg = RouterConfig(num_experts=3, top_k=2, scoring="softmax", renorm_eps=0.0, has_expert_scale=True,
+                       routed_scaling_factor=2.0)
+    w, ids = r([[0.0, 0.0, -50.0]], cfg, expert_scale=torch.tensor([3.0, 5.0, 7.0]))
+    assert ids.tolist() == [[0, 1]]
+    assert w[0].tolist() == pytest.approx([0.5 * 3 * 2, 0.5 * 5 * 2], rel=1e-6)
+
+
+def test_zero_experts_compete_and_keep_their_ids():
+    cfg = RouterConfig(num_experts=2, top_k=2, num_zero_experts=2, scoring="softmax", renormalize=False)
+    w, ids = r([[0.0, 1.0, 3.0, -1.0]], cfg)
+    assert ids.tolist() == [[2, 1]]
+    assert check_routing(w, ids, cfg) == []
+
+
+def test_rsf_applied_once_in_weights_or_not_at_all_on_output():
+    cfg = RouterConfig(num_experts=4, top_k=2, scoring="sigmoid", renormalize=True, renorm_eps=0.0,
+                       routed_scaling_factor=2.5, num_shared_experts=1)
+    logits = [[1.0, 2.0, 3.0, 0.0]]
+    w_in, _ = r(logits, cfg, ExpertLayout(shared_slots="global"))
+    w_out, _ = r(logits, cfg, ExpertLayout(shared_slots="global", scale="on_output"))
+    assert float(w_in[0, :2].sum()) == pytest.approx(2.5, rel=1e-6)
+    assert float(w_out[0, :2].sum()) == pytest.approx(1.0, rel=1e-6)
+    assert float(w_in[0, 2]) == 1.0
+    assert float(w_out[0, 2]) == pytest.approx(1 / 2.5, rel=1e-7)
+
+
+def test_global_shared_ids_follow_physical_slots():
+    cfg = RouterConfig(num_experts=4, top_k=2, num_shared_experts=2)
+    w, ids = r([[0.0, 1.0, 2.0, 3.0]], cfg, ExpertLayout(shared_slots="global"))
+    assert ids.tolist() == [[3, 2, 4, 5]]
+    placement = ExpertPlacement((0, 1, 2, 3, 3, 2), num_experts=4)
+    _, ids = r([[0.0, 1.0, 2.0, 3.0]], cfg, ExpertLayout(shared_slots="global", placement=placement,
+                                                        replica_policy="first"))
+    assert ids.tolist() == [[3, 2, 6, 7]]
+
+
+def test_per_rank_ids_by_hand():
+    # E=8, EP=2 -> L=4, S=1: rank r owns [5r, 5r+5): 4 routed slots then 1 shared.
+    cfg = RouterConfig(num_experts=8, top_k=2, num_shared_experts=1)
+    layout = ExpertLayout(shared_slots="per_rank", ep_size=2)
+    _, ids = r([[0, 0, 0, 9.0, 0, 0, 0, 8.0]], cfg, layout, home_rank=1)
+    assert ids.tolist() == [[3, 8, 9]]  # 3 -> 3, 7 -> 7 + 1, shared of rank 1 -> 1*5 + 4
+
+
+def test_replica_policies():
+    # E=2, P=4 on 2 ranks: slots [0, 1 | 0, 1]; expert 0 lives at slots 0 and 2.
+    placement = ExpertPlacement((0, 1, 0, 1), num_experts=2)
+    cfg = RouterConfig(num_experts=2, top_k=1)
+    logits = [[1.0, 0.0]] * 3
+    _, ids = r(logits, cfg, ExpertLayout(ep_size=2, placement=placement))
+    assert ids.flatten().tolist() == [0, 2, 0]  # round robin over the token index
+    _, ids = r(logits, cfg, ExpertLayout(ep_size=2, placement=placement, replica_policy="home_rank"), home_rank=1)
+    assert ids.flatten().tolist() == [2, 2, 2]
+    _, ids = r(logits, cfg, ExpertLayout(ep_size=2, placement=placement, replica_policy="first"))
+    assert ids.flatten().tolist() == [0, 0, 0]
+
+
+def test_padding_int_and_device_tensor():
+    cfg = RouterConfig(num_experts=4, top_k=2, num_shared_experts=1)
+    layout = ExpertLayout(shared_slots="global")
+    logits = torch.randn(5, 4)
+    for nvt in (3, torch.tensor([3], dtype=torch.int32), torch.tensor(3)):
+        w, ids = route(logits, cfg, layout, num_valid_tokens=nvt, backend="reference")
+        assert (ids[3:] == -1).all() and (w[3:] == 0).all()
+        assert (ids[:3] >= 0).all()
+
+
+def test_hash_routing_keeps_table_order_and_weights_from_scores():
+    cfg = RouterConfig(num_experts=4, top_k=2, scoring="sigmoid", routing="hash", renormalize=False)
+    table = torch.tensor([[3, 0], [1, 2]])
+    w, ids = r([[0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0]], cfg, token_ids=torch.tensor([1, 0]), hash_table=table)
+    assert ids.tolist() == [[1, 2], [3, 0]]
+    sig = lambda v: 1 / (1 + math.exp(-v))  # noqa: E731
+    assert w[1].tolist() == pytest.approx([sig(3.0), sig(0.0)], rel=1e-6)
+
+
+def test_capture_records_logical_routed_ids_only():
+    cfg = RouterConfig(num_experts=8, top_k=2, num_shared_experts=1)
+    placement = ExpertPlacement(tuple(range(8))[::-1], num_experts=8)
+    layout = ExpertLayout(shared_slots="per_rank", ep_size=2, placement=placement)
+    rec = RoutingRecorder(num_layers=2, max_tokens=4, top_k=2, num_experts=8)
+    logits = torch.tensor([[0, 0, 0, 9.0, 0, 0, 0, 8.0], [9.0, 8.0, 0, 0, 0, 0, 0, 0], [0.0] * 8])
+    _, ids = route(logits, cfg, layout, recorder=rec, layer=1, num_valid_tokens=2, backend="reference")
+    assert rec.layer_ids(1).tolist() == [[3, 7], [0, 1], [-1, -1]]
+    assert int(rec.num_tokens[0]) == -1
+    assert ids[0, :2].tolist() != [3, 7]  # what the layout sees is physical; the capture is logical
+
+
+def test_reference_float64_mode_matches_fp32():
+    cfg = RouterConfig(num_experts=64, top_k=6, scoring="sigmoid", has_correction_bias=True, n_group=8,
+                       topk_group=3, routed_scaling_factor=2.5)
+    g = torch.Generator().manual_seed(0)
+    logits = torch.stack([torch.randperm(64, generator=g) / 32.0 for _ in range(17)])
+    bias = torch.randn(64, generator=g) * 0.01
+    from moegate.reference import route_reference
+
+    w32, ids32 = route_reference(logits, cfg, bias=bias)
+    w64, ids64 = route_reference(logits, cfg, bias=bias, dtype=torch.float64)
+    assert torch.equal(ids32, ids64)
+    assert w64.dtype == torch.float64
+    torch.testing.assert_close(w32.double(), w64, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_inputs_are_computed_in_fp32(dtype):
+    cfg = RouterConfig(num_experts=32, top_k=4, scoring="softmax")
+    logits = (torch.randperm(32) / 32.0).unsqueeze(0).to(dtype)
+    w, ids = route(logits, cfg, backend="reference")
+    w32, ids32 = route(logits.float(), cfg, backend="reference")
+    assert torch.equal(ids, ids32) and torch.equal(w, w32)
+
+
+def test_strided_logits():
+    cfg = RouterConfig(num_experts=16, top_k=4, scoring="sigmoid")
+    big = torch.randn(10, 40)
+    view = big[::2, 3:19]
+    assert not view.is_contiguous()
+    w, ids = route(view, cfg, backend="reference")
+    w2, ids2 = route(view.contiguous(), cfg, backend="reference")
+    assert torch.equal(ids, ids2) and torch.equal(w, w2)
+
+
+def test_out_buffers_are_written_in_place():
+    cfg = RouterConfig(num_experts=8, top_k=2, num_shared_experts=1)
+    layout = ExpertLayout(shared_slots="global")
+    out = (torch.full((3, 3), float("nan")), torch.full((3, 3), -7, dtype=torch.int32))
+    w, ids = route(torch.randn(3, 8), cfg, layout, out=out, backend="reference")
+    assert w.data_ptr() == out[0].data_ptr() and ids.data_ptr() == out[1].data_ptr()
+    assert not torch.isnan(w).any() and (ids >= 0).all()
+
+
+def test_empty_batch():
+    cfg = RouterConfig(num_experts=8, top_k=2, num_shared_experts=2)
+    w, ids = route(torch.randn(0, 8), cfg, ExpertLayout(shared_slots="per_rank", ep_size=2), backend="reference")
+    assert w.shape == (0, 4) and ids.shape == (0, 4)

@@ -1,0 +1,210 @@
+"""The seeds' bug classes (../shared/seeds), one regression test per property, on the reference router."""
+
+import pytest
+import torch
+
+from moegate import ExpertLayout, ExpertPlacement, RouterConfig, RoutingRecorder, check_routing, route
+from moegate.check import logical_routed_ids
+
+# The router shapes of the per-rank renormalisation write-up's table.
+ROUTERS = {
+    "dsv3-grouped": RouterConfig(num_experts=256, top_k=8, scoring="sigmoid", has_correction_bias=True, n_group=8,
+                                 topk_group=4, routed_scaling_factor=2.5, num_shared_experts=1),
+    "384-in-8-groups": RouterConfig(num_experts=384, top_k=8, scoring="sigmoid", has_correction_bias=True,
+                                    n_group=8, topk_group=4, routed_scaling_factor=2.827, num_shared_experts=1),
+    "kimi-k2-one-group": RouterConfig(num_experts=384, top_k=8, scoring="sigmoid", has_correction_bias=True,
+                                      routed_scaling_factor=2.827, num_shared_experts=1),
+    "grouped-softmax-64": RouterConfig(num_experts=64, top_k=6, scoring="softmax", n_group=8, topk_group=3,
+                                       routed_scaling_factor=16.0, num_shared_experts=2),
+    "dsv4-sqrtsoftplus": RouterConfig(num_experts=256, top_k=6, scoring="sqrtsoftplus", has_correction_bias=True,
+                                      routed_scaling_factor=1.5, num_shared_experts=1),
+    "softmax-128": RouterConfig(num_experts=128, top_k=8, scoring="softmax", num_shared_experts=1),
+}
+
+
+def inputs(cfg: RouterConfig, T: int = 64, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.stack([torch.randperm(cfg.num_experts, generator=g) / 32.0 for _ in range(T)])
+    logits = logits - logits.mean()
+    bias = torch.randn(cfg.num_experts, generator=g) * 0.05 if cfg.has_correction_bias else None
+    return logits, bias
+
+
+@pytest.mark.parametrize("name", sorted(ROUTERS))
+@pytest.mark.parametrize("num_shared", [1, 2])
+@pytest.mark.parametrize("scale", ["in_weights", "on_output"])
+def test_per_rank_fused_routing_equals_routing_without_fusion(name, num_shared, scale):
+    cfg = ROUTERS[name].replace(num_shared_experts=num_shared)
+    logits, bias = inputs(cfg)
+    plain_w, plain_ids = route(logits, cfg, ExpertLayout(scale=scale), bias=bias, backend="reference")
+    layout = ExpertLayout(shared_slots="per_rank", ep_size=8, scale=scale)
+    w, ids = route(logits, cfg, layout, bias=bias, home_rank=3, backend="reference")
+    K = cfg.top_k
+    assert ids.shape == (64, K + num_shared)
+    assert torch.equal(logical_routed_ids(ids[:, :K], cfg, layout), plain_ids.long())
+    assert torch.equal(w[:, :K], plain_w)
+    assert check_routing(w, ids, cfg, layout, logits=logits, bias=bias, home_rank=3) == []
+
+
+@pytest.mark.parametrize("name", sorted(ROUTERS))
+@pytest.mark.parametrize("shared_slots", ["none", "global", "per_rank"])
+def test_routed_weights_sum_to_one_or_rsf(name, shared_slots):
+    cfg = ROUTERS[name]
+    logits, bias = inputs(cfg, seed=1)
+    for scale, target in (("in_weights", cfg.routed_scaling_factor), ("on_output", 1.0)):
+        layout = ExpertLayout(shared_slots=shared_slots, ep_size=8, scale=scale)
+        w, _ = route(logits, cfg, layout, bias=bias, home_rank=5, backend="reference")
+        sums = w[:, : cfg.top_k].double().sum(dim=1)
+        torch.testing.assert_close(sums, torch.full_like(sums, target), rtol=2e-6, atol=0)
+
+
+@pytest.mark.parametrize("name", sorted(ROUTERS))
+def test_unnormalized_weights_stay_raw_scores(name):
+    cfg = ROUTERS[name].replace(renormalize=False)
+    logits, bias = inputs(cfg, seed=2)
+    layout = ExpertLayout(shared_slots="per_rank", ep_size=8)
+    w, ids = route(logits, cfg, layout, bias=bias, home_rank=1, backend="reference")
+    from moegate.reference import scores_and_keys
+
+    scores, _ = scores_and_keys(logits, cfg, bias)
+    logical = logical_routed_ids(ids[:, : cfg.top_k], cfg, layout)
+    expected = torch.gather(scores, 1, logical) * cfg.routed_scaling_factor
+    torch.testing.assert_close(w[:, : cfg.top_k], expected, rtol=1e-6, atol=0)
+    assert check_routing(w, ids, cfg, layout, logits=logits, bias=bias, home_rank=1) == []
+
+
+@pytest.mark.parametrize("shared_slots", ["global", "per_rank"])
+def test_router_is_never_asked_for_k_plus_s_experts(shared_slots):
+    # A top-6 with a fused shared slot stays a top-6: six distinct routed experts, then the shared column.
+    cfg = RouterConfig(num_experts=64, top_k=6, scoring="softmax", num_shared_experts=1)
+    logits, _ = inputs(cfg, seed=3)
+    w, ids = route(logits, cfg, ExpertLayout(shared_slots=shared_slots, ep_size=8), home_rank=2,
+                   backend="reference")
+    assert ids.shape[1] == 7
+    logical = logical_routed_ids(ids[:, :6], cfg, ExpertLayout(shared_slots=shared_slots, ep_size=8))
+    assert (logical >= 0).all()
+    assert all(len(set(row)) == 6 for row in logical.tolist())
+    plain_w, plain_ids = route(logits, cfg, backend="reference")
+    assert torch.equal(logical, plain_ids.long())
+
+
+def test_no_id_reaches_the_end_of_the_per_rank_id_space():
+    # EP8, 384 experts, one shared: 8 * (48 + 1) = 392 ids; the last rank's shared slot is 391, never 392.
+    cfg = ROUTERS["kimi-k2-one-group"]
+    layout = ExpertLayout(shared_slots="per_rank", ep_size=8)
+    assert layout.id_space(cfg.num_experts, cfg.num_shared_experts) == 392
+    logits, bias = inputs(cfg, T=128, seed=4)
+    logits[:, -8:] += 100.0  # push the top experts to the end of the last rank
+    for rank in range(8):
+        _, ids = route(logits, cfg, layout, bias=bias, home_rank=rank, backend="reference")
+        assert int(ids.max()) <= 391
+        assert int(ids[:, -1].max()) == rank * 49 + 48
+    _, ids = route(logits, cfg, layout, bias=bias, home_rank=7, backend="reference")
+    assert int(ids[:, :8].max()) == 390 and int(ids[:, -1].max()) == 391
+
+
+@pytest.mark.parametrize("renormalize", [True, False])
+@pytest.mark.parametrize("shared_slots", ["global", "per_rank"])
+def test_shared_weight_is_one_in_weights_and_inverse_rsf_on_output(renormalize, shared_slots):
+    cfg = ROUTERS["dsv3-grouped"].replace(renormalize=renormalize, num_shared_experts=2)
+    logits, bias = inputs(cfg, seed=5)
+    logits = logits * 0  # zero logits: the routed-score sum would leak into a shared weight computed from it
+    w, _ = route(logits, cfg, ExpertLayout(shared_slots=shared_slots, ep_size=8), bias=bias, backend="reference")
+    assert (w[:, -2:] == 1.0).all()
+    w, _ = route(logits, cfg, ExpertLayout(shared_slots=shared_slots, ep_size=8, scale="on_output"), bias=bias,
+                 backend="reference")
+    assert torch.allclose(w[:, -2:], torch.full_like(w[:, -2:], 1 / 2.5), rtol=1e-7, atol=0)
+
+
+@pytest.mark.parametrize("shared_slots", ["none", "global", "per_rank"])
+def test_padded_rows_are_all_minus_one_and_zero_including_shared_columns(shared_slots):
+    cfg = ROUTERS["dsv4-sqrtsoftplus"].replace(num_shared_experts=2)
+    logits, bias = inputs(cfg, T=37, seed=6)
+    layout = ExpertLayout(shared_slots=shared_slots, ep_size=8)
+    for nvt in (0, 20, torch.tensor([20], dtype=torch.int64), 37):
+        w, ids = route(logits, cfg, layout, bias=bias, home_rank=6, num_valid_tokens=nvt, backend="reference")
+        n = int(nvt)
+        assert (ids[n:] == -1).all() and (w[n:] == 0).all()
+        assert (ids[:n] >= 0).all()
+        assert check_routing(w, ids, cfg, layout, bias=bias, logits=logits, home_rank=6, num_valid_tokens=nvt) == []
+
+
+def test_capture_is_routed_only_logical_and_sized_t_by_k():
+    cfg = ROUTERS["dsv3-grouped"]
+    placement = ExpertPlacement(tuple(range(256)) + tuple(range(0, 256, 8)), num_experts=256)
+    layout = ExpertLayout(shared_slots="per_rank", ep_size=8, placement=placement)
+    logits, bias = inputs(cfg, T=10, seed=7)
+    rec = RoutingRecorder(num_layers=3, max_tokens=16, top_k=8, num_experts=256, dtype=torch.int16)
+    _, ids = route(logits, cfg, layout, bias=bias, recorder=rec, layer=2, num_valid_tokens=8, home_rank=4,
+                   backend="reference")
+    _, plain_ids = route(logits, cfg, bias=bias, backend="reference")
+    captured = rec.layer_ids(2)
+    assert captured.shape == (10, 8) and captured.dtype == torch.int16
+    assert torch.equal(captured[:8].int(), plain_ids[:8])
+    assert (captured[8:] == -1).all()
+    assert torch.equal(logical_routed_ids(ids[:8, :8], cfg, layout), plain_ids[:8].long())
+
+
+def test_batch_larger_than_recorder_raises_before_routing():
+    cfg = ROUTERS["softmax-128"]
+    rec = RoutingRecorder(num_layers=1, max_tokens=4, top_k=8, num_experts=128)
+    with pytest.raises(ValueError, match="max_tokens=4"):
+        route(torch.randn(5, 128), cfg, recorder=rec, backend="reference")
+    assert (rec.ids == -1).all()
+
+
+@pytest.mark.parametrize("shared_slots", ["none", "global", "per_rank"])
+def test_placement_remaps_every_routed_column_and_never_the_shared_ones(shared_slots):
+    cfg = RouterConfig(num_experts=16, top_k=16, scoring="softmax", num_shared_experts=1)  # K = E: every column
+    # Each logical e lives at slot 15 - e, plus a replica of every even expert.
+    table = tuple(range(15, -1, -1)) + tuple(range(0, 16, 2))
+    placement = ExpertPlacement(table, num_experts=16)
+    layout = ExpertLayout(shared_slots=shared_slots, ep_size=4, placement=placement, replica_policy="first")
+    logits, _ = inputs(cfg, T=9, seed=8)
+    w, ids = route(logits, cfg, layout, home_rank=2, backend="reference")
+    _, plain = route(logits, cfg, backend="reference")
+    L, S = 6, 1
+    physical = (15 - plain.long())
+    if shared_slots == "per_rank":
+        physical = physical + (physical // L) * S
+    assert torch.equal(ids[:, :16].long(), physical)
+    if shared_slots == "global":
+        assert (ids[:, 16] == 24).all()
+    if shared_slots == "per_rank":
+        assert (ids[:, 16] == 2 * (L + S) + L).all()
+    assert check_routing(w, ids, cfg, layout, logits=logits, home_rank=2) == []
+
+
+def test_checker_catches_the_seed_bugs():
+    """The checker flags each silent bug when we inject it into correct output."""
+    cfg = ROUTERS["dsv3-grouped"]
+    layout = ExpertLayout(shared_slots="per_rank", ep_size=8)
+    logits, bias = inputs(cfg, T=8, seed=9)
+    w, ids = route(logits, cfg, layout, bias=bias, home_rank=7, num_valid_tokens=6, backend="reference")
+    kw = dict(logits=logits, bias=bias, home_rank=7, num_valid_tokens=6)
+    assert check_routing(w, ids, cfg, layout, **kw) == []
+
+    def what(w2, ids2):
+        return {v.what for v in check_routing(w2, ids2, cfg, layout, **kw)}
+
+    shrunk = w.clone()
+    shrunk[:6, :8] *= 0.87  # weights summing to 0.87 * rsf
+    assert "renormalize" in what(shrunk, ids)
+    top5 = ids.clone()
+    top5[0, 7] = top5[0, 8]  # a top-8 that runs top-7 plus a shared marker
+    assert {"routed slot"} <= what(w, top5)
+    past_end = ids.clone()
+    past_end[1, 8] = 392  # one past the per-rank id space
+    assert {"id range", "shared id"} <= what(w, past_end)
+    twice = w.clone()
+    twice[:6, :8] *= 2.5  # rsf applied twice
+    assert "renormalize" in what(twice, ids)
+    live_pad = ids.clone()
+    live_pad[7, 8] = 7 * 49 + 48  # a padded row with a live shared slot
+    assert "padding" in what(w, live_pad)
+    wrong_shared = w.clone()
+    wrong_shared[2, 8] = 0.4
+    assert "shared weight" in what(wrong_shared, ids)
+    swapped = ids.clone()
+    swapped[3, 0] = (int(swapped[3, 0]) + 1) % 49 if int(swapped[3, 0]) % 49 < 47 else int(swapped[3, 0]) - 1
+    assert what(w, swapped) & {"selection", "distinct"}

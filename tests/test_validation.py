@@ -1,0 +1,139 @@
+"""Every bad input of SPEC.md's list raises before anything runs, with a message naming the argument."""
+
+import pytest
+import torch
+
+from moegate import ExpertLayout, ExpertPlacement, RouterConfig, RoutingRecorder, route
+
+BAD_CONFIGS = [
+    (dict(num_experts=8, top_k=9), "top_k"),
+    (dict(num_experts=8, top_k=0), "top_k"),
+    (dict(num_experts=0, top_k=1), "num_experts"),
+    (dict(num_experts=10, top_k=2, n_group=4), "n_group"),
+    (dict(num_experts=8, top_k=2, n_group=4, topk_group=5), "topk_group"),
+    (dict(num_experts=16, top_k=9, n_group=4, topk_group=2), "topk_group"),
+    (dict(num_experts=8, top_k=2, softcap=0.0), "softcap"),
+    (dict(num_experts=8, top_k=2, softcap=-1.0), "softcap"),
+    (dict(num_experts=8, top_k=2, routed_scaling_factor=0.0), "routed_scaling_factor"),
+    (dict(num_experts=8, top_k=2, routed_scaling_factor=float("nan")), "routed_scaling_factor"),
+    (dict(num_experts=8, top_k=2, n_group=8, topk_group=2), "top2_sum"),
+    (dict(num_experts=8, top_k=2, scoring="relu"), "scoring"),
+    (dict(num_experts=8, top_k=2, selection="bias"), "selection"),
+    (dict(num_experts=8, top_k=2, group_fill="neg_inf"), "group_fill"),
+    (dict(num_experts=8, top_k=2, renorm_eps=-1.0), "renorm_eps"),
+    (dict(num_experts=8, top_k=2, logit_scale=0.0), "logit_scale"),
+    (dict(num_experts=8, top_k=2, num_shared_experts=-1), "num_shared_experts"),
+    (dict(num_experts=8, top_k=2, routing="random"), "routing"),
+    (dict(num_experts=8.0, top_k=2), "num_experts"),
+    (dict(num_experts=8, top_k=2, renormalize=1), "renormalize"),
+]
+
+
+@pytest.mark.parametrize("kwargs,name", BAD_CONFIGS)
+def test_bad_config_raises_naming_the_field(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        RouterConfig(**kwargs)
+
+
+def test_config_is_frozen():
+    cfg = RouterConfig(num_experts=8, top_k=2)
+    with pytest.raises(AttributeError):
+        cfg.top_k = 3
+
+
+def test_bad_layouts():
+    with pytest.raises(ValueError, match="shared_slots"):
+        ExpertLayout(shared_slots="local")
+    with pytest.raises(ValueError, match="ep_size"):
+        ExpertLayout(ep_size=0)
+    with pytest.raises(ValueError, match="scale"):
+        ExpertLayout(scale="twice")
+    with pytest.raises(ValueError, match="divisible by ep_size"):
+        ExpertLayout(ep_size=3, placement=ExpertPlacement(tuple(range(8)), 8))
+    with pytest.raises(ValueError, match="missing"):
+        ExpertPlacement((0, 1, 1), 3)
+    with pytest.raises(ValueError, match=r"physical_to_logical\[1\]"):
+        ExpertPlacement((0, 3), 3)
+
+
+CFG = RouterConfig(num_experts=8, top_k=2, num_shared_experts=1)
+
+
+def call(**kw):
+    logits = kw.pop("logits", torch.randn(4, 8))
+    config = kw.pop("config", CFG)
+    layout = kw.pop("layout", None)
+    kw.setdefault("backend", "reference")
+    return route(logits, config, layout, **kw)
+
+
+@pytest.mark.parametrize(
+    "kw,exc,name",
+    [
+        (dict(logits=torch.randn(4, 7)), ValueError, "logits"),
+        (dict(logits=torch.randn(4, 8, 1)), ValueError, "logits"),
+        (dict(logits=torch.randn(4, 8).double()), TypeError, "logits"),
+        (dict(logits=torch.zeros(4, 8, dtype=torch.int32)), TypeError, "logits"),
+        (dict(bias=torch.zeros(8)), ValueError, "bias"),
+        (dict(config=CFG.replace(has_correction_bias=True)), ValueError, "bias"),
+        (dict(config=CFG.replace(has_correction_bias=True), bias=torch.zeros(9)), ValueError, "bias"),
+        (dict(config=CFG.replace(has_correction_bias=True), bias=torch.zeros(8).long()), TypeError, "bias"),
+        (dict(config=CFG.replace(routing="hash")), ValueError, "token_ids"),
+        (dict(config=CFG.replace(routing="hash"), token_ids=torch.zeros(4, dtype=torch.long)), ValueError,
+         "hash_table"),
+        (dict(config=CFG.replace(routing="hash"), token_ids=torch.zeros(4, dtype=torch.long),
+              hash_table=torch.tensor([[0, 8]])), ValueError, "hash_table"),
+        (dict(config=CFG.replace(routing="hash"), token_ids=torch.zeros(4, dtype=torch.long),
+              hash_table=torch.tensor([[3, 3]])), ValueError, "hash_table"),
+        (dict(config=CFG.replace(routing="hash"), token_ids=torch.zeros(4, dtype=torch.long),
+              hash_table=torch.tensor([[3, 1, 2]])), ValueError, "hash_table"),
+        (dict(token_ids=torch.zeros(4, dtype=torch.long)), ValueError, "token_ids"),
+        (dict(layout=ExpertLayout(ep_size=3)), ValueError, "ep_size"),
+        (dict(layout=ExpertLayout(ep_size=2), home_rank=2), ValueError, "home_rank"),
+        (dict(home_rank=-1), ValueError, "home_rank"),
+        (dict(num_valid_tokens=5), ValueError, "num_valid_tokens"),
+        (dict(num_valid_tokens=-1), ValueError, "num_valid_tokens"),
+        (dict(num_valid_tokens=torch.tensor([1, 2])), ValueError, "num_valid_tokens"),
+        (dict(num_valid_tokens=torch.tensor([1.0])), ValueError, "num_valid_tokens"),
+        (dict(out=(torch.zeros(4, 3), torch.zeros(4, 3, dtype=torch.int32))), ValueError, "out"),
+        (dict(out=(torch.zeros(2, 4).t(), torch.zeros(4, 2, dtype=torch.int32))), ValueError, "out"),
+        (dict(out=(torch.zeros(4, 2).double(), torch.zeros(4, 2, dtype=torch.int32))), TypeError, "out"),
+        (dict(out=(torch.zeros(4, 2), torch.zeros(4, 2, dtype=torch.int64))), TypeError, "out"),
+        (dict(layout=ExpertLayout(shared_slots="global"), out=(torch.zeros(4, 2), torch.zeros(4, 2, dtype=torch.int32))),
+         ValueError, "out"),
+        (dict(recorder=RoutingRecorder(1, 3, 2, 8)), ValueError, "max_tokens"),
+        (dict(recorder=RoutingRecorder(1, 8, 3, 8)), ValueError, "top_k"),
+        (dict(recorder=RoutingRecorder(1, 8, 2, 8), layer=1), ValueError, "layer"),
+        (dict(config=CFG.replace(has_expert_scale=True)), ValueError, "expert_scale"),
+        (dict(expert_scale=torch.ones(8)), ValueError, "expert_scale"),
+        (dict(layout=ExpertLayout(placement=ExpertPlacement((0, 1, 2), 3))), ValueError, "placement"),
+        (dict(backend="cuda"), ValueError, "backend"),
+    ],
+)
+def test_bad_route_input_raises_naming_the_argument(kw, exc, name):
+    with pytest.raises(exc, match=name):
+        call(**kw)
+
+
+def test_bad_input_leaves_out_and_recorder_untouched():
+    out = (torch.full((4, 3), -5.0), torch.full((4, 3), -7, dtype=torch.int32))
+    rec = RoutingRecorder(1, 4, 2, 8)
+    with pytest.raises(ValueError):
+        call(layout=ExpertLayout(shared_slots="global"), out=out, recorder=rec, num_valid_tokens=9)
+    assert (out[0] == -5).all() and (out[1] == -7).all() and (rec.ids == -1).all()
+
+
+def test_hash_table_is_checked_once_and_again_after_an_inplace_change():
+    cfg = RouterConfig(num_experts=8, top_k=2, routing="hash")
+    table = torch.tensor([[0, 1], [2, 3]])
+    tids = torch.tensor([0, 1, 1, 0])
+    call(config=cfg, token_ids=tids, hash_table=table)
+    table[1, 1] = 2  # now repeats within a row
+    with pytest.raises(ValueError, match="repeats"):
+        call(config=cfg, token_ids=tids, hash_table=table)
+
+
+def test_zero_experts_need_the_default_layout():
+    cfg = RouterConfig(num_experts=6, top_k=2, num_zero_experts=2)
+    with pytest.raises(ValueError, match="num_zero_experts"):
+        route(torch.randn(3, 8), cfg, ExpertLayout(ep_size=2), backend="reference")
