@@ -81,7 +81,8 @@ def test_every_drawn_routing_satisfies_every_invariant(data):
     kw = dict(bias=bias, num_valid_tokens=nvt, home_rank=home_rank)
     if cfg.routing == "hash":
         vocab = 11
-        kw["hash_table"] = torch.stack([torch.randperm(cfg.num_experts, generator=g)[: cfg.top_k] for _ in range(vocab)])
+        rows = [torch.randperm(cfg.num_experts, generator=g)[: cfg.top_k] for _ in range(vocab)]
+        kw["hash_table"] = torch.stack(rows)
         kw["token_ids"] = torch.randint(0, vocab, (T,), generator=g)
     w, ids = route(logits, cfg, layout, backend="reference", **kw)
     violations = check_routing(w, ids, cfg, layout, logits=logits, **kw)

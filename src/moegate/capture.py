@@ -97,7 +97,7 @@ class RoutingRecorder:
         save_file({"ids": self.ids.cpu().contiguous(), "num_tokens": self.num_tokens.cpu()}, str(path), meta)
 
     @classmethod
-    def load(cls, path: str | Path, device: torch.device | str = "cpu") -> "RoutingRecorder":
+    def load(cls, path: str | Path, device: torch.device | str = "cpu") -> RoutingRecorder:
         """Read a file written by ``save``. Raises ValueError on a file that is not a moegate capture."""
         from safetensors import safe_open
 

@@ -200,7 +200,7 @@ def _check_against_reference(found, add, logits, bias, token_ids, hash_table, ex
                 add(t, -1, "selection", f"experts {sorted(got.tolist())} differ from the reference's "
                     f"{sorted(want.tolist())}")
             continue
-        by_id_ref = dict(zip(want.tolist(), ref_w[t, :K].tolist()))
+        by_id_ref = dict(zip(want.tolist(), ref_w[t, :K].tolist(), strict=True))
         for col, e in enumerate(got.tolist()):
             expected = by_id_ref[e]
             if abs(float(w64[t, col]) - expected) > atol + rtol * abs(expected):

@@ -105,7 +105,7 @@ class RouterConfig:
     def group_size(self) -> int:
         return self.num_scored // self.n_group
 
-    def replace(self, **changes) -> "RouterConfig":
+    def replace(self, **changes) -> RouterConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 

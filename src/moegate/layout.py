@@ -45,7 +45,7 @@ class ExpertPlacement:
         object.__setattr__(self, "physical_to_logical", table)
 
     @classmethod
-    def from_tensor(cls, physical_to_logical: torch.Tensor, num_experts: int) -> "ExpertPlacement":
+    def from_tensor(cls, physical_to_logical: torch.Tensor, num_experts: int) -> ExpertPlacement:
         return cls(tuple(int(v) for v in physical_to_logical.tolist()), num_experts)
 
     @property
