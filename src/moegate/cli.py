@@ -497,16 +497,16 @@ def run_route(args) -> dict:
             stats.update(weights, ids, config, layout, valid)
             # The first --verify-rows rows are also compared with the fp64 reference (about 0.1 ms a row).
             verified = min(max(args.verify_rows - start, 0), n)
-            for lo, hi in ((0, verified), (verified, n)):
+            for lo, hi, against_reference in ((0, verified, True), (verified, n, False)):
                 if hi == lo:
                     continue
                 part_valid = min(max(valid - lo, 0), hi - lo)
                 found = check_routing(
-                    weights[lo:hi], ids[lo:hi], config, layout, logits=logits[lo:hi] if lo == 0 else None,
+                    weights[lo:hi], ids[lo:hi], config, layout, logits=logits[lo:hi] if against_reference else None,
                     bias=bias, num_valid_tokens=part_valid, home_rank=args.home_rank,
                     token_ids=None if tids is None else tids[lo:hi], hash_table=hash_table, expert_scale=expert_scale,
                 )
-                stats.reference_rows += part_valid if lo == 0 else 0
+                stats.reference_rows += part_valid if against_reference else 0
                 stats.violations += [v._replace(row=v.row + start + lo if v.row >= 0 else v.row) for v in found]
             progress.advance(task, n)
     seconds = time.perf_counter() - started

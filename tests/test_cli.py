@@ -1,0 +1,362 @@
+"""The moegate command, run in-process through ``main(argv)`` (and twice through the installed entry point)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from moegate import RouterConfig, RoutingRecorder, preset, preset_names, route
+from moegate.cli import describe, main
+from moegate.synthetic import (
+    synthetic_bias,
+    synthetic_hash_table,
+    synthetic_inputs,
+    synthetic_logits,
+    synthetic_token_ids,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *argv: str) -> dict:
+    code, out, err = run_cli(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def expected_load(ids: torch.Tensor, top_k: int, num_experts: int, num_valid: int | None = None) -> list[int]:
+    routed = ids[:num_valid, :top_k].long()
+    return torch.bincount(routed.flatten(), minlength=num_experts).tolist()
+
+
+# --------------------------------------------------------------------------------------------------
+# route: the numbers
+
+
+def test_route_json_load_matches_route_on_the_same_seeded_logits(capsys):
+    got = run_json(capsys, "route", "--preset", "qwen3-moe", "--tokens", "500", "--seed", "3")
+    cfg = preset("qwen3-moe")
+    weights, ids = route(synthetic_logits(500, cfg.num_experts, seed=3, skew=1.0), cfg)
+    load = expected_load(ids, cfg.top_k, cfg.num_experts)
+    assert got["load"]["per_expert"] == load
+    mean = sum(load) / len(load)
+    assert got["load"]["expert_max_over_mean"] == pytest.approx(max(load) / mean)
+    assert got["load"]["expert_min_over_mean"] == pytest.approx(min(load) / mean)
+    assert got["weights"]["routed_max"] == pytest.approx(float(weights.max()))
+    assert got["weights"]["row_sum_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert got["check"] == {"ok": True, "violations": 0, "rows": 500, "reference_rows": 500, "first": []}
+    assert got["semantics"] == "softmax over 128 experts, top-8 on the scores, renormalised (eps 0), no scaling"
+    assert got["run"]["logits"].startswith("synthetic (seed 3")
+
+
+def test_route_default_preset_with_bias_per_rank_layout_and_padding(capsys):
+    got = run_json(capsys, "route", "--tokens", "300", "--valid-tokens", "250", "--ep-size", "8",
+                   "--shared-slots", "per_rank", "--home-rank", "2", "--scale", "on_output")
+    cfg = preset("deepseek-v3")  # the default preset
+    assert got["config"] == cfg.to_dict()
+    logits = synthetic_logits(300, cfg.num_scored, seed=0, skew=1.0)
+    _, ids = route(logits, cfg, bias=synthetic_bias(cfg.num_scored, seed=0), num_valid_tokens=250)
+    load = expected_load(ids, cfg.top_k, cfg.num_experts, 250)
+    assert got["load"]["per_expert"] == load
+    per_rank = torch.tensor(load).view(8, -1).sum(dim=1).tolist()
+    assert got["load"]["per_rank"] == per_rank
+    assert got["load"]["rank_max_over_mean"] == pytest.approx(max(per_rank) / (sum(per_rank) / 8))
+    assert got["run"]["padded_tokens"] == 50
+    assert got["layout"] == {"shared_slots": "per_rank", "ep_size": 8, "scale": "on_output", "home_rank": 2}
+    assert got["weights"]["shared"] == [pytest.approx(1 / 2.5)]  # 1/rsf with scale="on_output"
+    assert got["weights"]["row_sum_max"] == pytest.approx(1.0, abs=1e-5)  # rsf left for the output
+    assert got["check"]["ok"] and got["check"]["reference_rows"] == 250
+
+
+def test_route_in_chunks_gives_the_same_numbers(capsys):
+    whole = run_json(capsys, "route", "--preset", "mixtral", "--tokens", "700", "--valid-tokens", "650")
+    chunked = run_json(capsys, "route", "--preset", "mixtral", "--tokens", "700", "--valid-tokens", "650",
+                       "--chunk-tokens", "128", "--verify-rows", "300")
+    assert chunked["load"] == whole["load"]
+    for key in ("routed_min", "routed_max", "row_sum_min", "first_column_mean"):
+        assert chunked["weights"][key] == pytest.approx(whole["weights"][key])
+    assert chunked["check"]["ok"] and chunked["check"]["reference_rows"] == 300
+
+
+def test_route_summary_shows_the_numbers(capsys):
+    code, out, _ = run_cli(capsys, "route", "--preset", "mixtral", "--tokens", "200", "--seed", "1")
+    assert code == 0
+    cfg = preset("mixtral")
+    _, ids = route(synthetic_logits(200, 8, seed=1), cfg)
+    load = expected_load(ids, 2, 8)
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines()
+            if line.count("│") >= 4 and line.split("│")[1].strip().isdigit()}
+    assert [int(rows[str(e)]) for e in range(8)] == load
+    assert f"{max(load) / (sum(load) / 8):.2f}" in out
+    assert "softmax over 8 experts, top-2 on the scores, renormalised (eps 0), no scaling" in out
+    assert "check_routing: OK" in out
+
+
+def test_route_with_no_arguments_routes_the_default_preset(capsys):
+    code, out, err = run_cli(capsys, "route")
+    assert code == 0, err
+    assert "deepseek-v3" in out and "4096 (4096 live, 0 padded)" in out
+    assert "check_routing: OK" in out
+    assert "Per-expert load" in out and "Load imbalance" in out and "Routed weights" in out
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_route_every_preset(capsys, name):
+    got = run_json(capsys, "route", "--preset", name, "--tokens", "64")
+    assert got["check"]["ok"], got["check"]["first"]
+    assert sum(got["load"]["per_expert"]) + sum(got["load"].get("per_zero_expert", [])) == 64 * got["config"]["top_k"]
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".pt", ".safetensors"])
+def test_route_logits_from_a_file(capsys, tmp_path, suffix):
+    logits = synthetic_logits(90, 128, seed=5)
+    path = tmp_path / f"logits{suffix}"
+    if suffix == ".npy":
+        np.save(path, logits.numpy())
+    elif suffix == ".pt":
+        torch.save({"router_logits": logits}, path)
+    else:
+        from safetensors.torch import save_file
+
+        save_file({"logits": logits, "other": torch.zeros(3)}, str(path))
+    got = run_json(capsys, "route", "--preset", "qwen3-moe", "--logits", str(path), "--tokens", "80")
+    _, ids = route(logits[:80], preset("qwen3-moe"))
+    assert got["load"]["per_expert"] == expected_load(ids, 8, 128)
+    assert got["run"]["tokens"] == 80 and got["run"]["logits"] == str(path)
+
+
+def test_route_hf_config(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}))
+    got = run_json(capsys, "route", "--hf-config", str(tmp_path), "--tokens", "50")
+    assert got["config"]["num_experts"] == 8 and got["config_source"] == str(path)
+
+
+def test_route_plot_is_a_png(capsys, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (the optional 'plot' extra)")
+    png = tmp_path / "load.png"
+    code, _, err = run_cli(capsys, "route", "--preset", "qwen3-moe", "--tokens", "256", "--ep-size", "4",
+                           "--plot", str(png))
+    assert code == 0, err
+    assert png.read_bytes()[:8] == PNG_MAGIC
+
+
+# --------------------------------------------------------------------------------------------------
+# record and check
+
+
+def test_route_record_then_check(capsys, tmp_path):
+    cap = tmp_path / "cap.safetensors"
+    code, _, err = run_cli(capsys, "route", "--preset", "deepseek-v3", "--tokens", "300", "--valid-tokens", "290",
+                           "--shared-slots", "global", "--chunk-tokens", "128", "--record", str(cap))
+    assert code == 0, err
+    rec = RoutingRecorder.load(cap)
+    cfg = preset("deepseek-v3")
+    _, ids = route(synthetic_logits(300, 256), cfg, bias=synthetic_bias(256), num_valid_tokens=290)
+    assert torch.equal(rec.layer_ids(0), ids[:, :8])  # logical routed ids only; padded rows -1
+    code, out, _ = run_cli(capsys, "check", str(cap))
+    assert code == 0 and "moegate check: OK" in out
+    got = run_json(capsys, "check", str(cap), "--preset", "deepseek-v3")
+    assert got["ok"] and got["layers"][0]["live_rows"] == 290 and got["layers"][0]["padded_rows"] == 10
+
+
+def test_check_lists_each_kind_of_violation(capsys, tmp_path):
+    rec = RoutingRecorder(2, 6, 3, 16)
+    rec.record(0, torch.tensor([[0, 1, 2], [3, 3, 4], [5, 16, 6], [-1, 7, 8], [-1, -1, -1]]))
+    rec.record(1, torch.tensor([[9, 10, 11]]))
+    path = tmp_path / "bad.safetensors"
+    rec.save(path)
+    code, out, _ = run_cli(capsys, "check", str(path))
+    assert code == 1
+    assert "FAILED, 3 violation(s)" in out
+    assert "row 1: an expert repeats" in out
+    assert "row 2, column 1: id 16 is outside [0, 16)" in out
+    assert "row 3: a padded row must be all -1" in out
+    got = json.loads(run_cli(capsys, "check", str(path), "--json")[1])
+    assert got["violations"] == 3 and got["layers"][0]["padded_rows"] == 1 and got["layers"][1]["violations"] == 0
+
+
+def test_check_width_must_be_top_k(capsys, tmp_path):
+    rec = RoutingRecorder(1, 4, 3, 8)
+    rec.record(0, torch.tensor([[0, 1, 2], [3, 4, 5]]))
+    path = tmp_path / "cap.safetensors"
+    rec.save(path)
+    code, out, _ = run_cli(capsys, "check", str(path), "--preset", "mixtral")  # mixtral routes top-2
+    assert code == 1 and "rows are 3 ids wide, but the routing has top_k=2" in out
+
+
+def test_check_corrupted_capture_fails_with_a_clear_message(capsys, tmp_path):
+    good = tmp_path / "good.safetensors"
+    rec = RoutingRecorder(1, 8, 2, 8)
+    rec.record(0, torch.tensor([[0, 1]]))
+    rec.save(good)
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(good.read_bytes()[:40])
+    code, out, _ = run_cli(capsys, "check", str(bad))
+    assert code == 1
+    assert "FAILED" in out and "not a readable safetensors file" in out and "Traceback" not in out
+    other = tmp_path / "other.safetensors"
+    from safetensors.torch import save_file
+
+    save_file({"x": torch.zeros(2)}, str(other))
+    code, out, _ = run_cli(capsys, "check", str(other))
+    assert code == 1 and "not a moegate routing capture" in out
+
+
+# --------------------------------------------------------------------------------------------------
+# presets, show, env, bench
+
+
+def test_presets_and_show(capsys, tmp_path):
+    got = run_json(capsys, "presets")
+    assert [p["name"] for p in got["presets"]] == preset_names()
+    code, out, _ = run_cli(capsys, "show", "qwen3-moe")
+    assert code == 0
+    assert "softmax over 128 experts, top-8 on the scores, renormalised (eps 0), no scaling" in out
+    shown = run_json(capsys, "show", "deepseek-v3")
+    assert shown["config"] == preset("deepseek-v3").to_dict()
+    assert shown["semantics"].startswith("sigmoid over 256 experts, 8 groups of 32")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}))
+    shown = run_json(capsys, "show", str(path))
+    assert shown["semantics"] == "softmax over 8 experts, top-2 on the scores, renormalised (eps 0), no scaling"
+
+
+def test_describe_spells_out_each_option():
+    cfg = RouterConfig(num_experts=64, top_k=4, scoring="sqrtsoftplus", selection="logits", softcap=30.0,
+                       renorm_p=2.0, renorm_eps_mode="clamp", renorm_eps=1e-6, routed_scaling_factor=1.5,
+                       num_shared_experts=2, n_group=8, topk_group=2, group_score="max", group_fill="zero")
+    assert describe(cfg) == (
+        "softcap 30, sqrtsoftplus over 64 experts, 8 groups of 8 (group score: max; keep 2, others' keys set "
+        "to 0), top-4 on the raw logits, renormalised (L2 norm, max(norm, 1e-06)), routed scaling 1.5, "
+        "2 shared experts"
+    )
+    assert describe(RouterConfig(num_experts=8, top_k=2, renormalize=False)).endswith("not renormalised, no scaling")
+
+
+def test_env(capsys):
+    got = run_json(capsys, "env")
+    assert got["torch"] == torch.__version__
+    assert got["auto_backend"] == ("triton" if got["gpus"] and got["triton"] else "reference")
+
+
+def test_bench_delegates_to_moegate_bench(capsys, monkeypatch):
+    seen = []
+    fake = types.ModuleType("moegate.bench")
+    fake.main = lambda argv: seen.append(argv) or 0
+    monkeypatch.setitem(sys.modules, "moegate.bench", fake)
+    assert main(["bench", "--tokens", "8"]) == 0
+    assert seen == [["--tokens", "8"]]
+
+
+def test_bench_missing_is_one_clear_line(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "moegate.bench", None)  # as if the module were not installed
+    code, out, err = run_cli(capsys, "bench")
+    assert code == 2
+    assert err.strip().splitlines() == ["moegate: error: moegate bench is not available: moegate.bench is missing "
+                                        "from this install"]
+
+
+# --------------------------------------------------------------------------------------------------
+# bad arguments: one line, exit 2, no traceback
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["route", "--preset", "nope"], "unknown preset 'nope'"),
+        (["route", "--tokens", "x"], "argument --tokens"),
+        (["route", "--ep-size", "3"], "divisible by ep_size=3"),
+        (["route", "--tokens", "10", "--valid-tokens", "11"], "--valid-tokens must be in [0, tokens=10]"),
+        (["route", "--logits", "missing.npy"], "no such file: missing.npy"),
+        (["route", "--preset", "mixtral", "--bias", "b.npy"], "the config has no correction bias"),
+        (["route", "--preset", "mixtral", "--hf-config", "x.json"], "not allowed with argument"),
+        (["route", "--device", "cuda:0" if not torch.cuda.is_available() else "tpu"], "--device"),
+        (["route", "--skew", "-1"], "argument --skew"),
+        (["show", "nope"], "unknown preset 'nope'"),
+        (["check", "missing.safetensors"], "no such file"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_give_one_line(capsys, argv, words):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "error: " in lines[0] and words in lines[0], err
+    assert "Traceback" not in err + out
+
+
+def test_route_rejects_logits_of_the_wrong_width(capsys, tmp_path):
+    path = tmp_path / "logits.npy"
+    np.save(path, np.zeros((4, 7), dtype=np.float32))
+    code, _, err = run_cli(capsys, "route", "--preset", "mixtral", "--logits", str(path))
+    assert code == 2 and err.startswith("moegate: error: logits must have shape [T, 8]")
+
+
+def _entry_point() -> list[str]:
+    script = Path(sys.executable).parent / "moegate"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "moegate.cli"]
+
+
+def test_entry_point_runs_and_fails_cleanly():
+    ok = subprocess.run([*_entry_point(), "route", "--preset", "mixtral", "--tokens", "32", "--json"],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["check"]["ok"]
+    bad = subprocess.run([*_entry_point(), "route", "--preset", "no-such-model"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().startswith("moegate: error: unknown preset 'no-such-model'")
+    assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# synthetic inputs
+
+
+def test_synthetic_logits_are_seeded_and_chunkable():
+    full = synthetic_logits(3000, 32, seed=7, skew=0.5)
+    assert torch.equal(full, synthetic_logits(3000, 32, seed=7, skew=0.5))
+    assert torch.equal(full[1000:2500], synthetic_logits(1500, 32, seed=7, skew=0.5, offset=1000))
+    assert not torch.equal(full, synthetic_logits(3000, 32, seed=8, skew=0.5))
+    assert synthetic_logits(0, 32).shape == (0, 32)
+    assert synthetic_logits(5, 32, dtype=torch.bfloat16).dtype == torch.bfloat16
+    ids = torch.cat([synthetic_token_ids(700, 1), synthetic_token_ids(300, 1, offset=700)])
+    assert torch.equal(ids, synthetic_token_ids(1000, 1))
+
+
+def test_synthetic_skew_makes_some_experts_hot():
+    cfg = preset("qwen3-moe")
+
+    def imbalance(skew: float) -> float:
+        _, ids = route(synthetic_logits(4096, 128, seed=0, skew=skew), cfg)
+        load = torch.bincount(ids.flatten().long(), minlength=128).double()
+        return float(load.max() / load.mean())
+
+    assert imbalance(0.0) < 1.4 < 2.0 < imbalance(1.0) < 4.0
+
+
+def test_synthetic_inputs_cover_bias_scale_and_hash():
+    cfg = RouterConfig(num_experts=16, top_k=2, routing="hash", has_expert_scale=True, has_correction_bias=True)
+    inputs = synthetic_inputs(cfg, 40, seed=2)
+    assert set(inputs) == {"logits", "bias", "expert_scale", "token_ids", "hash_table"}
+    table = inputs["hash_table"]
+    assert torch.equal(table, synthetic_hash_table(16, 2, seed=2))
+    assert bool((table.sort(dim=1).values[:, 1:] != table.sort(dim=1).values[:, :-1]).all())
+    weights, ids = route(config=cfg, **inputs)
+    assert torch.equal(ids.long(), table.long()[inputs["token_ids"]])
+    with pytest.raises(ValueError, match="skew"):
+        synthetic_logits(4, 4, skew=-1.0)
