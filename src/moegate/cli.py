@@ -391,7 +391,11 @@ def _weight_summary(stats: _Stats) -> dict:
     }
 
 
-def _progress(console, enabled: bool):
+def progress_bar(console=None, enabled: bool = True, unit: str = "tokens"):
+    """The rich progress bar moegate uses (on stderr, removed when done): ``with progress_bar() as p: ...``.
+
+    For anything that may run longer than a second; benchmarks can reuse it.
+    """
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -402,8 +406,9 @@ def _progress(console, enabled: bool):
     )
 
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True, disable=not enabled,
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=console or _console(stderr=True), transient=True,
+        disable=not enabled,
     )
 
 
@@ -474,8 +479,7 @@ def run_route(args) -> dict:
 
     stats = _Stats(config.num_scored)
     started = time.perf_counter()
-    err = _console(stderr=True)
-    with _progress(err, enabled=T > chunk and not args.json) as progress:
+    with progress_bar(enabled=T > chunk) as progress:
         task = progress.add_task(f"routing {config_source}", total=T)
         for start in range(0, T, chunk):
             stop = min(start + chunk, T)
