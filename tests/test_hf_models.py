@@ -1,0 +1,488 @@
+"""from_hf_config against the models' own routers (transformers 5.24.0, CPU, fp32).
+
+Each case builds the family's router module from a tiny config, randomizes every parameter and buffer (many
+start at zeros, which would make top-k all ties), runs it, and compares with
+``route(logits, from_hf_config(cfg), bias=..., backend="reference")``: the same expert set per token (compared
+sorted by id) and weights within 1e-6. The logits are the gate projection applied to the hidden states, as
+the router computes them. Where the MoE block, not the router, scales the routed output, the model's weights
+are multiplied by that factor: routing must reproduce what the layer computes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from moegate import from_hf_config, route
+from moegate.hf import FAMILIES, SYNONYMS, UNSUPPORTED, moe_layer_types
+
+transformers = pytest.importorskip("transformers", reason="transformers is not installed: no model routers to compare")
+
+H, E, K, N = 32, 16, 4, 67
+ATOL = 1e-6
+GROUPS = dict(n_group=4, topk_group=2)
+
+
+@dataclass
+class Case:
+    id: str
+    module: str  # transformers.models.<module>.modeling_<module>
+    config_cls: str
+    router_cls: str
+    kwargs: dict
+    variants: list = field(default_factory=lambda: [{}])  # config overrides: flags on and off
+    call: str = "std"  # how the router is built and called, see _run_model
+    gate: str = "weight"  # attribute holding the gate projection's weight
+    gate_bias: str | None = None  # attribute holding the gate projection's bias (part of the logits)
+    bias: str | None = None  # "arg" (passed to forward) or the attribute path of the correction bias
+    bias_std: float = 0.1
+    bias_mean: float = 0.0  # a negative mean makes biased sigmoid keys negative: the group fill value then matters
+    factor: object = None  # the block's factor on the routed output: a float, a config key, or a callable
+    model_type: str | None = None  # the model_type of a dict with the same keys, if not config_cls.model_type
+    layer: int | None = None  # the decoder layer (per-layer values, hash layers)
+
+
+def _c(id, module, config_cls, router_cls, kwargs, variants=None, **kw):
+    return Case(id, module, config_cls, router_cls, kwargs, variants or [{}], **kw)
+
+
+EK = dict(num_experts=E, num_experts_per_tok=K)
+EK_LOCAL = dict(num_local_experts=E, num_experts_per_tok=K)
+EK_ROUTED = dict(n_routed_experts=E, num_experts_per_tok=K)
+NORM = [{"norm_topk_prob": True}, {"norm_topk_prob": False}]
+DS3_VARIANTS = [
+    {"norm_topk_prob": True, "routed_scaling_factor": 2.5, **GROUPS},
+    {"norm_topk_prob": False, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1},
+    {"norm_topk_prob": True, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1},
+    {"norm_topk_prob": False, "routed_scaling_factor": 1.7, **GROUPS},
+]
+HEADS = dict(hidden_size=H, num_attention_heads=4, num_key_value_heads=4)
+BIAS = "e_score_correction_bias"
+
+
+def _ds3(id, module, config_cls, router_cls, ek=EK_ROUTED, variants=DS3_VARIANTS, **kw):
+    kw = {"bias_mean": -0.6, "bias_std": 0.2, **kw}
+    return _c(id, module, config_cls, router_cls, {**HEADS, **ek}, variants, bias=BIAS, **kw)
+
+
+CASES = [
+    # SM-R / SM-F: softmax -> top-k -> [renorm]
+    _c("mixtral", "mixtral", "MixtralConfig", "MixtralTopKRouter", {**HEADS, **EK_LOCAL}),
+    _c("minimax", "minimax", "MiniMaxConfig", "MiniMaxTopKRouter", {**HEADS, **EK_LOCAL}),
+    _c("qwen2_moe", "qwen2_moe", "Qwen2MoeConfig", "Qwen2MoeTopKRouter", {**HEADS, **EK}, [{}, *NORM]),
+    _c("qwen3_moe", "qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeTopKRouter", {**HEADS, **EK}, [{}, *NORM]),
+    _c("qwen3_next", "qwen3_next", "Qwen3NextConfig", "Qwen3NextTopKRouter", {**HEADS, **EK}, [{}, *NORM]),
+    _c("qwen4_exp", "qwen4_exp", "Qwen4ExpTextConfig", "Qwen4ExpTextTopKRouter", {**HEADS, **EK}, [{}, *NORM]),
+    _c("qwen3_5_moe", "qwen3_5_moe", "Qwen3_5MoeTextConfig", "Qwen3_5MoeTopKRouter", {**HEADS, **EK}),
+    _c("qwen3_vl_moe", "qwen3_vl_moe", "Qwen3VLMoeTextConfig", "Qwen3VLMoeTextTopKRouter", {**HEADS, **EK}),
+    _c("qwen3_omni_thinker", "qwen3_omni_moe", "Qwen3OmniMoeTextConfig", "Qwen3OmniMoeThinkerTextTopKRouter",
+       {**HEADS, **EK}, [{}, *NORM]),
+    _c("qwen3_omni_talker", "qwen3_omni_moe", "Qwen3OmniMoeTalkerTextConfig", "Qwen3OmniMoeTalkerTextTopKRouter",
+       {**HEADS, **EK}, [{}, *NORM]),
+    _c("olmoe", "olmoe", "OlmoeConfig", "OlmoeTopKRouter", {**HEADS, **EK}, [{}, *NORM]),
+    _c("flex_olmo", "flex_olmo", "FlexOlmoConfig", "FlexOlmoTopKRouter", {**HEADS, **EK}, [{}, *NORM]),
+    _c("mellum", "mellum", "MellumConfig", "MellumTopKRouter", {**HEADS, **EK_LOCAL}, [{}, *NORM]),
+    _c("lara_mini", "lara_mini", "LaraMiniConfig", "LaraMiniTopKRouter", {**HEADS, **EK}, [{}, *NORM]),
+    _c("jamba", "jamba", "JambaConfig", "JambaTopKRouter", {**HEADS, **EK}),
+    _c("hunyuan_v1_moe", "hunyuan_v1_moe", "HunYuanMoEV1Config", "HunYuanMoEV1Gate",
+       {**HEADS, "num_experts": E, "moe_topk": K}, call="layer", layer=0, gate="wg.weight"),
+    _c("hunyuan_v1_moe_per_layer", "hunyuan_v1_moe", "HunYuanMoEV1Config", "HunYuanMoEV1Gate",
+       {**HEADS, "num_experts": E, "moe_topk": [K, 2, 3], "num_hidden_layers": 3}, call="layer",
+       layer=1, gate="wg.weight"),
+    _c("dbrx", "dbrx", "DbrxConfig", "DbrxFFN",
+       {"d_model": H, "n_heads": 4, "ffn_config": {"moe_num_experts": E, "moe_top_k": K, "ffn_hidden_size": 8}},
+       [{}, {"ffn_config": {"moe_num_experts": E, "moe_top_k": K, "ffn_hidden_size": 8,
+                            "moe_normalize_expert_weights": 2.0}},
+        {"ffn_config": {"moe_num_experts": E, "moe_top_k": K, "ffn_hidden_size": 8,
+                        "moe_normalize_expert_weights": None}}],
+       call="dbrx"),
+    _c("gemma4", "gemma4", "Gemma4TextConfig", "Gemma4TextRouter",
+       {**HEADS, "enable_moe_block": True, "num_experts": E, "top_k_experts": K, "moe_intermediate_size": 8},
+       call="gemma4"),
+    _c("diffusion_gemma", "diffusion_gemma", "DiffusionGemmaTextConfig", "DiffusionGemmaTextRouter",
+       {**HEADS, "enable_moe_block": True, "num_experts": E, "top_k_experts": K, "moe_intermediate_size": 8},
+       call="gemma4"),
+    # TK-SM: top-k on the logits -> softmax over the k
+    _c("aria", "aria", "AriaTextConfig", "AriaTextTopKRouter", {**HEADS, "moe_num_experts": E, "moe_topk": K}),
+    _c("granitemoe", "granitemoe", "GraniteMoeConfig", "GraniteMoeTopKRouter", {**HEADS, **EK_LOCAL}),
+    _c("granitemoeshared", "granitemoeshared", "GraniteMoeSharedConfig", "GraniteMoeSharedTopKRouter",
+       {**HEADS, **EK_LOCAL}, [{}, {"shared_intermediate_size": 16}]),
+    _c("granitemoe_swa", "granitemoe_swa", "GraniteMoeSWAConfig", "GraniteMoeSWATopKRouter", {**HEADS, **EK_LOCAL}),
+    _c("granitemoehybrid", "granitemoehybrid", "GraniteMoeHybridConfig", "GraniteMoeHybridTopKRouter",
+       {**HEADS, **EK_LOCAL, "mamba_n_heads": 8, "mamba_d_head": 8}),
+    _c("jetmoe", "jetmoe", "JetMoeConfig", "JetMoeTopKGating", {**HEADS, **EK_LOCAL}, call="jetmoe", gate="layer.weight"),
+    _c("gpt_oss", "gpt_oss", "GptOssConfig", "GptOssTopKRouter", {**HEADS, **EK_LOCAL}, gate_bias="bias"),
+    _c("openai_privacy_filter", "openai_privacy_filter", "OpenAIPrivacyFilterConfig", "OpenAIPrivacyFilterTopKRouter",
+       {**HEADS, **EK_LOCAL}, gate_bias="bias", factor="num_experts_per_tok"),
+    _c("cohere2_moe", "cohere2_moe", "Cohere2MoeConfig", "Cohere2MoeTopKRouter", {**HEADS, **EK},
+       [{}, {"expert_selection_fn": "sigmoid", "norm_topk_prob": True},
+        {"expert_selection_fn": "sigmoid", "norm_topk_prob": False},
+        {"num_shared_experts": 1, "shared_expert_combination_strategy": "average"}],
+       factor=lambda c: 0.5 if c.num_shared_experts > 0 and c.shared_expert_combination_strategy == "average" else 1),
+    # SG: sigmoid, no bias
+    _c("llama4", "llama4", "Llama4TextConfig", "Llama4Router", {**HEADS, **EK_LOCAL}, [{}, {"num_experts_per_tok": 1}],
+       call="llama4"),
+    _c("flint", "flint", "FlintConfig", "FlintTopKRouter", {**HEADS, **EK}, [{}, *NORM]),
+    # DS2: softmax -> [max-score groups, filled with 0] -> top-k -> x rsf
+    *[_c(name, module, cfg, router, {**HEADS, "n_routed_experts": E, "num_experts_per_tok": K},
+         [{"topk_method": "greedy", "routed_scaling_factor": 1.0},
+          {"topk_method": "greedy", "routed_scaling_factor": 16.0, "norm_topk_prob": True},
+          {"topk_method": "group_limited_greedy", "routed_scaling_factor": 2.5, **GROUPS}])
+      for name, module, cfg, router in [
+          ("deepseek_v2", "deepseek_v2", "DeepseekV2Config", "DeepseekV2TopkRouter"),
+          ("deepseek_ocr2", "deepseek_ocr2", "DeepseekOcr2TextConfig", "DeepseekOcr2TextTopkRouter"),
+          ("unlimited_ocr", "unlimited_ocr", "UnlimitedOcrTextConfig", "UnlimitedOcrTextTopkRouter")]],
+    # DS3: sigmoid + bias -> top2_sum groups (-inf fill) -> top-k -> gather -> [renorm + 1e-20] -> x rsf
+    _ds3("deepseek_v3", "deepseek_v3", "DeepseekV3Config", "DeepseekV3TopkRouter"),
+    _ds3("sarvam_mla", "deepseek_v3", "SarvamMLAConfig", "DeepseekV3TopkRouter", model_type="sarvam_mla"),
+    _ds3("deepseek_v32", "deepseek_v32", "DeepseekV32Config", "DeepseekV32TopkRouter"),
+    _ds3("glm4_moe", "glm4_moe", "Glm4MoeConfig", "Glm4MoeTopkRouter"),
+    _ds3("sarvam_moe", "glm4_moe", "SarvamMoEConfig", "Glm4MoeTopkRouter", model_type="sarvam_moe"),
+    _ds3("glm4_moe_lite", "glm4_moe_lite", "Glm4MoeLiteConfig", "Glm4MoeLiteTopkRouter"),
+    _ds3("glm4v_moe", "glm4v_moe", "Glm4vMoeTextConfig", "Glm4vMoeTextTopkRouter"),
+    _ds3("glm_moe_dsa", "glm_moe_dsa", "GlmMoeDsaConfig", "GlmMoeDsaTopkRouter"),
+    _ds3("glm5_next", "glm5_next", "Glm5NextTextConfig", "Glm5NextTextTopkRouter"),
+    _ds3("dots1", "dots1", "Dots1Config", "Dots1TopkRouter"),
+    _ds3("dots3_note", "dots3_note", "Dots3NoteTextConfig", "Dots3NoteTextTopkRouter"),
+    _ds3("solar_open", "solar_open", "SolarOpenConfig", "SolarOpenTopkRouter"),
+    _ds3("mimo_v2_flash", "mimo_v2_flash", "MiMoV2FlashConfig", "MiMoV2FlashTopkRouter"),
+    _ds3("nemotron_h", "nemotron_h", "NemotronHConfig", "NemotronHTopkRouter"),
+    _ds3("axk1", "axk1", "AXK1Config", "AXK1TopkRouter"),
+    _ds3("hy_v4", "hy_v4", "HYV4Config", "HYV4TopkRouter"),
+    _ds3("hy_v4_vl", "hy_v4_vl", "HYV4VLTextConfig", "HYV4VLTopkRouter"),
+    _ds3("exaone_moe", "exaone_moe", "ExaoneMoeConfig", "ExaoneMoeTopkRouter", ek=EK),
+    _ds3("kimi_linear", "kimi_linear", "KimiLinearConfig", "KimiLinearTopkRouter",
+         ek=dict(num_experts=E, num_experts_per_token=K),
+         variants=[{"moe_renormalize": True, "routed_scaling_factor": 2.5, "num_expert_group": 4, "topk_group": 2},
+                   {"moe_renormalize": False, "routed_scaling_factor": 1.0}]),
+    _ds3("bailing_hybrid", "bailing_hybrid", "BailingHybridConfig", "BailingHybridTopkRouter",
+         ek=dict(num_experts=E, num_experts_per_token=K),
+         variants=[{"moe_renormalize": True, "routed_scaling_factor": 2.5, "num_expert_group": 4, "topk_group": 2},
+                   {"moe_renormalize": False, "routed_scaling_factor": 1.0, "num_expert_group": 1, "topk_group": 1}]),
+    _ds3("beam", "beam", "BeamConfig", "BeamTopKRouter", ek=EK, factor="routed_scaling_factor"),
+    _ds3("axk2", "axk2", "AXK2Config", "AXK2TopkRouter",
+         variants=[*DS3_VARIANTS, {"n_group": None, "topk_group": None}]),
+    # M4: softmax, no bias, top2_sum groups filled with 0
+    _c("mistral4", "mistral4", "Mistral4Config", "Mistral4TopkRouter", {**HEADS, **EK_ROUTED},
+       [{**GROUPS, "norm_topk_prob": True, "routed_scaling_factor": 2.0},
+        {"norm_topk_prob": False, "n_group": 1, "topk_group": 1}]),
+    _c("mistral_large4", "mistral_large4", "MistralLarge4TextConfig", "MistralLarge4TextTopkRouter",
+       {**HEADS, **EK_ROUTED}, [{**GROUPS, "routed_scaling_factor": 2.0}, {"n_group": 1, "topk_group": 1}]),
+    # SB: score -> + bias -> top-k -> gather -> renorm -> x scale
+    _c("deepseek_v4", "deepseek_v4", "DeepseekV4Config", "DeepseekV4TopKRouter", {**HEADS, **EK_ROUTED},
+       [{}, {"scoring_func": "sigmoid", "routed_scaling_factor": 1.0}], bias=BIAS),
+    _c("deepseek_v4_hash", "deepseek_v4", "DeepseekV4Config", "DeepseekV4HashRouter",
+       {**HEADS, **EK_ROUTED, "vocab_size": 50}, [{}, {"scoring_func": "sigmoid"}], call="hash", layer=0),
+    _c("inkling2", "inkling2", "Inkling2TextConfig", "Inkling2TopKRouter", {**HEADS, **EK_ROUTED},
+       [{}, {"route_scale": 1.0}], bias=BIAS),
+    _c("inkling2_loop", "inkling2_loop", "Inkling2LoopTextConfig", "Inkling2LoopTopKRouter", {**HEADS, **EK_ROUTED},
+       [{}, {"scoring_func": "sigmoid", "route_scale": 2.0}], bias=BIAS),
+    _c("muse_spark", "muse_spark", "MuseSparkTextConfig", "MuseSparkTopkRouter", {**HEADS, **EK_LOCAL},
+       [{}, {"routed_scaling_factor": 2.0, "output_multiplier": 0.5}], bias=BIAS),
+    _c("minimax_m2", "minimax_m2", "MiniMaxM2Config", "MiniMaxM2TopKRouter", {**HEADS, **EK_LOCAL}, bias="arg"),
+    _c("minimax_m3_vl", "minimax_m3_vl", "MiniMaxM3VLTextConfig", "MiniMaxM3VLTopKRouter", {**HEADS, **EK_LOCAL},
+       [{}, {"routed_scaling_factor": 1.0}], bias=BIAS, factor="routed_scaling_factor"),
+    _c("step3p7", "step3p7", "Step3p7TextConfig", "Step3p7TopKRouter", {**HEADS, **EK_ROUTED},
+       [{}, {"moe_router_scaling_factor": 3.0}], bias=BIAS, factor="moe_router_scaling_factor"),
+    _c("hy_v3", "hy_v3", "HYV3Config", "HYV3TopKRouter", {**HEADS, **EK}, [{}, {"router_scaling_factor": 1.0}],
+       bias="arg"),
+    _c("afmoe", "afmoe", "AfmoeConfig", "AfmoeTokenChoiceRouter", {**HEADS, **EK}, [{}, {"route_scale": 2.5}],
+       bias="arg", call="3d", gate="gate.weight"),
+    _c("lfm2_moe", "lfm2_moe", "Lfm2MoeConfig", "Lfm2MoeTopKRouter", {**HEADS, **EK},
+       [{}, {"norm_topk_prob": False, "routed_scaling_factor": 2.0}, {"use_expert_bias": False}], bias="arg"),
+    _c("laguna", "laguna", "LagunaConfig", "LagunaTopKRouter", {**HEADS, **EK},
+       [{}, {"moe_router_logit_softcapping": 1.5, "moe_routed_scaling_factor": 2.5}], bias=BIAS,
+       factor="moe_routed_scaling_factor"),
+    _c("kolibri1", "kolibri1", "Kolibri1Config", "Kolibri1TopKRouter", {**HEADS, **EK_LOCAL}, [{}, *NORM],
+       bias=BIAS, bias_std=0.5),
+    # SMB: softmax -> + bias -> top-k -> gather -> ERNIE clamp renorm / LongCat zero experts
+    _c("ernie4_5_moe", "ernie4_5_moe", "Ernie4_5_MoeConfig", "Ernie4_5_MoeTopKRouter",
+       {**HEADS, "moe_num_experts": E, "moe_k": K}, bias="moe_statics.e_score_correction_bias", bias_std=0.05),
+    _c("ernie4_5_vl_moe", "ernie4_5_vl_moe", "Ernie4_5_VLMoeTextConfig", "Ernie4_5_VLMoeMoeTopKRouter",
+       {**HEADS, "moe_num_experts": E, "moe_k": K}, bias="moe_statics.e_score_correction_bias", bias_std=0.05),
+    _c("longcat_flash", "longcat_flash", "LongcatFlashConfig", "LongcatFlashTopkRouter",
+       {**HEADS, "n_routed_experts": E, "moe_topk": K, "zero_expert_num": 8},
+       [{}, {"routed_scaling_factor": 1.0, "zero_expert_num": 0}], bias=BIAS, bias_std=0.05, gate="classifier.weight"),
+]
+
+VARIANTS = [pytest.param(case, i, id=f"{case.id}-{i}") for case in CASES for i in range(len(case.variants))]
+
+
+def _modeling(case: Case):
+    return importlib.import_module(f"transformers.models.{case.module}.modeling_{case.module}")
+
+
+def _config(case: Case, variant: int):
+    cls = getattr(transformers, case.config_cls)
+    return cls(**{**case.kwargs, **case.variants[variant]})
+
+
+def _attr(obj, path: str):
+    for name in path.split("."):
+        obj = getattr(obj, name)
+    return obj
+
+
+def _randomize(module: torch.nn.Module, case: Case, gen: torch.Generator) -> None:
+    with torch.no_grad():
+        for name, p in list(module.named_parameters()) + list(module.named_buffers()):
+            if not p.is_floating_point():
+                continue
+            if "correction_bias" in name or name.endswith("expert_bias"):
+                p.copy_(torch.randn(p.shape, generator=gen) * case.bias_std + case.bias_mean)
+            elif "per_expert_scale" in name:
+                p.copy_(torch.rand(p.shape, generator=gen) + 0.5)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1] if p.dim() > 1 else 1))
+
+
+def _factor(case: Case, cfg) -> float:
+    if case.factor is None:
+        return 1.0
+    if callable(case.factor):
+        return float(case.factor(cfg))
+    return float(getattr(cfg, case.factor))
+
+
+def _run_model(case: Case, cfg, h: torch.Tensor, gen: torch.Generator):
+    """The model's own router: (logits the gate computes [N, W], ids [N, K], weights [N, K], route kwargs)."""
+    mod = _modeling(case)
+    cls = getattr(mod, case.router_cls)
+    extra = {}
+    if case.call == "jetmoe":
+        r = cls(cfg.hidden_size, cfg.num_local_experts, cfg.num_experts_per_tok)
+    elif case.call == "layer":
+        r = cls(cfg, layer_idx=case.layer)
+    else:
+        r = cls(cfg)
+    r = r.eval()
+    _randomize(r, case, gen)
+    bias = None
+    if case.bias == "arg":
+        bias = torch.randn(r.num_experts if hasattr(r, "num_experts") else cfg.num_experts, generator=gen)
+        bias = bias * case.bias_std
+    elif case.bias is not None:
+        bias = _attr(r, case.bias).detach().reshape(-1)
+    with torch.no_grad():
+        if case.call == "gemma4":
+            x = r.norm(h) * r.scale * r.scalar_root_size
+            logits = r.proj(x)
+            _, w, ids = r(h)
+            extra["expert_scale"] = r.per_expert_scale.detach()
+        elif case.call == "dbrx":
+            logits = r.router(h)
+            w, ids = r.route_tokens_to_experts(logits)
+        elif case.call == "llama4":
+            logits = F.linear(h, r.weight)
+            scores, _ = r(h)
+            ids = torch.topk(scores, cfg.num_experts_per_tok, dim=1).indices
+            w = scores.gather(1, ids)
+        elif case.call == "jetmoe":
+            logits = F.linear(h, r.layer.weight)
+            index_sorted, _, batch_gates, expert_size, _ = r(h)
+            k = cfg.num_experts_per_tok
+            flat_w = torch.zeros(h.shape[0] * k)
+            flat_ids = torch.zeros(h.shape[0] * k, dtype=torch.long)
+            flat_w[index_sorted] = batch_gates
+            flat_ids[index_sorted] = torch.repeat_interleave(torch.arange(len(expert_size)), torch.tensor(expert_size))
+            w, ids = flat_w.view(-1, k), flat_ids.view(-1, k)
+        elif case.call == "hash":
+            vocab = cfg.vocab_size
+            table = torch.stack([torch.randperm(cfg.n_routed_experts, generator=gen)[: cfg.num_experts_per_tok]
+                                 for _ in range(vocab)])
+            r.tid2eid.copy_(table)
+            token_ids = torch.randint(0, vocab, (h.shape[0],), generator=gen)
+            logits = F.linear(h, r.weight)
+            _, w, ids = r(h, token_ids)
+            extra.update(token_ids=token_ids, hash_table=table)
+        else:
+            weight = _attr(r, case.gate)
+            logits = F.linear(h, weight, _attr(r, case.gate_bias) if case.gate_bias else None)
+            if case.call == "3d":
+                _, w, ids = r(h[None], bias)
+            elif case.bias == "arg":
+                _, w, ids = r(h, bias)
+            else:
+                _, w, ids = r(h)
+    if case.bias == "arg" and cfg.to_dict().get("use_expert_bias") is False:
+        bias = None
+    return logits, ids, w.float() * _factor(case, cfg), bias, extra
+
+
+def _sorted_by_id(ids: torch.Tensor, w: torch.Tensor):
+    order = ids.long().argsort(dim=1)
+    return ids.long().gather(1, order), w.gather(1, order)
+
+
+@pytest.mark.parametrize("case,variant", VARIANTS)
+def test_routing_matches_model_router(case: Case, variant: int):
+    gen = torch.Generator().manual_seed(1234 + variant)
+    cfg = _config(case, variant)
+    h = torch.randn(N, cfg.to_dict().get("hidden_size") or cfg.to_dict().get("d_model"), generator=gen)
+    logits, model_ids, model_w, bias, extra = _run_model(case, cfg, h, gen)
+    rc = from_hf_config(cfg, layer=case.layer)
+    w, ids = route(logits, rc, bias=bias, backend="reference", **extra)
+    ours_ids, ours_w = _sorted_by_id(ids, w)
+    theirs_ids, theirs_w = _sorted_by_id(model_ids, model_w)
+    assert torch.equal(ours_ids, theirs_ids), f"{case.id}: expert sets differ ({rc})"
+    torch.testing.assert_close(ours_w, theirs_w, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("case,variant", VARIANTS)
+def test_dict_and_json_read_like_the_config_class(case: Case, variant: int, tmp_path):
+    """A plain dict (config.json) with the same keys gives what transformers' config class gives:
+    the defaults of the keys the dict omits and the aliases it accepts."""
+    cfg = _config(case, variant)
+    model_type = case.model_type or type(cfg).model_type
+    raw = {"model_type": model_type, **case.kwargs, **case.variants[variant]}
+    expected = from_hf_config(cfg, layer=case.layer)
+    assert from_hf_config(raw, layer=case.layer) == expected
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg.to_dict(), default=str))
+    assert from_hf_config(str(path), layer=case.layer) == expected
+
+
+def test_every_family_has_a_router_case():
+    tested = {_family_of_case(c) for c in CASES}
+    assert set(FAMILIES) - tested == set()
+
+
+def _family_of_case(case: Case) -> str:
+    from moegate.hf import family_of
+
+    return family_of({"model_type": case.model_type or getattr(transformers, case.config_cls).model_type})
+
+
+WRAPPERS = [
+    ("Llama4Config", "llama4", {**HEADS, **EK_LOCAL}),
+    ("Qwen3_5MoeConfig", "qwen3_5_moe", {**HEADS, **EK}),
+    ("Qwen3VLMoeConfig", "qwen3_vl_moe", {**HEADS, **EK}),
+    ("Glm4vMoeConfig", "glm4v_moe", {**HEADS, **EK_ROUTED}),
+    ("Kimi_K25Config", "kimi_k25", {**HEADS, **EK_ROUTED, "model_type": "deepseek_v3"}),
+    ("Gemma4Config", "gemma4", {**HEADS, "enable_moe_block": True, "num_experts": E, "top_k_experts": K,
+                                "moe_intermediate_size": 8}),
+    ("Ernie4_5_VLMoeConfig", "ernie4_5_vl_moe", {**HEADS, "moe_num_experts": E, "moe_k": K}),
+    ("Step3p7Config", "step3p7", {**HEADS, **EK_ROUTED}),
+    ("AriaConfig", "aria", {**HEADS, "moe_num_experts": E, "moe_topk": K}),
+    ("MistralLarge4Config", "mistral_large4", {**HEADS, **EK_ROUTED}),
+    ("MiniMaxM3VLConfig", "minimax_m3_vl", {**HEADS, **EK_LOCAL}),
+    ("Dots3NoteConfig", "dots3_note", EK_ROUTED),  # the vision adapter fixes the hidden size
+    ("Inkling2Config", "inkling2", EK_ROUTED),
+    ("HYV4VLConfig", "hy_v4_vl", {**HEADS, **EK_ROUTED}),
+    ("Qwen4ExpConfig", "qwen4_exp", {**HEADS, **EK}),
+    ("DeepseekOcr2Config", "deepseek_ocr2", {**HEADS, **EK_ROUTED}),
+    ("UnlimitedOcrConfig", "unlimited_ocr", {**HEADS, **EK_ROUTED}),
+]
+
+
+@pytest.mark.parametrize("cls,model_type,text", WRAPPERS, ids=[w[1] for w in WRAPPERS])
+def test_wrappers_read_their_text_config(cls, model_type, text):
+    cfg = getattr(transformers, cls)(text_config=dict(text))
+    inner = cfg.to_dict()["text_config"]
+    expected = from_hf_config({k: v for k, v in inner.items()})
+    assert from_hf_config(cfg) == expected
+    assert from_hf_config({"model_type": model_type, "text_config": dict(text)}) == expected
+    assert expected.num_experts == E
+
+
+def test_qwen3_omni_reads_the_thinker_text_model():
+    cfg = transformers.Qwen3OmniMoeConfig(thinker_config={"text_config": {**HEADS, **EK}})
+    rc = from_hf_config(cfg)
+    assert (rc.num_experts, rc.top_k, rc.renormalize) == (E, K, True)
+
+
+@pytest.mark.parametrize("model_type", sorted(set(UNSUPPORTED) - {"nllb-moe"}))
+def test_unsupported_families_raise_not_implemented(model_type):
+    with pytest.raises(NotImplementedError, match=model_type.split("_")[0][:4]):
+        from_hf_config({"model_type": model_type, "num_experts": 8, "num_experts_per_tok": 2})
+
+
+def test_deepseek_v2_noaux_tc_is_not_implemented():
+    with pytest.raises(NotImplementedError, match="noaux_tc"):
+        from_hf_config({"model_type": "deepseek_v2", "topk_method": "noaux_tc", "num_experts_per_tok": 6})
+
+
+def test_unknown_model_type_lists_known_ones():
+    with pytest.raises(ValueError, match="known model types: .*deepseek_v3"):
+        from_hf_config({"model_type": "llama"})
+
+
+def test_per_layer_values_need_a_layer():
+    cfg = {"model_type": "hunyuan_v1_moe", "num_experts": 16, "moe_topk": [4, 2], "num_hidden_layers": 2}
+    with pytest.raises(ValueError, match="pass layer="):
+        from_hf_config(cfg)
+    assert from_hf_config(cfg, layer=1).top_k == 2
+
+
+def test_wrong_alias_keeps_the_default_like_transformers():
+    """Qwen2Moe accepts only num_experts: num_local_experts is ignored (the default 60 stays)."""
+    cfg = transformers.Qwen2MoeConfig(num_local_experts=16)
+    assert from_hf_config({"model_type": "qwen2_moe", "num_local_experts": 16}) == from_hf_config(cfg)
+    assert from_hf_config(cfg).num_experts == cfg.num_experts
+
+
+# -- which layers are MoE ------------------------------------------------------------------------------------
+
+LAYER_CASES = [
+    ("deepseek_v32", dict(num_hidden_layers=6, first_k_dense_replace=2)),
+    ("glm_moe_dsa", dict(num_hidden_layers=6, first_k_dense_replace=2)),
+    ("axk1", dict(num_hidden_layers=6, first_k_dense_replace=2, moe_layer_freq=2)),
+    ("exaone_moe", dict(num_hidden_layers=6, first_k_dense_replace=2)),
+    ("kimi_linear", dict(num_hidden_layers=6, first_k_dense_replace=2)),
+    ("bailing_hybrid", dict(num_hidden_layers=6)),
+    ("beam", dict(num_hidden_layers=6)),
+    ("deepseek_v4", dict(num_hidden_layers=6)),
+    ("mimo_v2_flash", dict(num_hidden_layers=6)),
+    ("laguna", dict(num_hidden_layers=6)),
+    ("mellum", dict(num_hidden_layers=6)),
+    ("hy_v3", dict(num_hidden_layers=6)),
+    ("unlimited_ocr_text", dict(num_hidden_layers=6, first_k_dense_replace=3)),
+    ("mistral_large4_text", dict(num_hidden_layers=6, first_k_dense_replace=2)),
+    ("dots3_note_text", dict(num_hidden_layers=6, first_k_dense_replace=1, moe_layer_freq=2)),
+    ("ernie4_5_vl_moe_text", dict(num_hidden_layers=6)),
+    ("minimax_m3_vl_text", dict(num_hidden_layers=4, moe_layer_freq=[0, 1, 1, 0])),
+    ("step3p5", dict(num_hidden_layers=6)),
+    ("step3p5", dict(num_hidden_layers=4, moe_layers_enum="1,2")),
+    ("cohere2_moe", dict(num_hidden_layers=6)),
+]
+
+
+@pytest.mark.parametrize("model_type,kwargs", LAYER_CASES)
+def test_layer_types_derive_like_the_config_class(model_type, kwargs):
+    """Configs that store mlp_layer_types derive it from legacy keys; a dict without it must agree."""
+    cfg = transformers.CONFIG_MAPPING[model_type](**kwargs)
+    assert moe_layer_types({"model_type": model_type, **kwargs}) == moe_layer_types(cfg)
+    stored = cfg.to_dict().get("mlp_layer_types")
+    assert stored is not None and len(stored) == len(moe_layer_types(cfg))
+
+
+@pytest.mark.parametrize(
+    "cfg,expected",
+    [
+        ({"model_type": "deepseek_v3", "num_hidden_layers": 5, "first_k_dense_replace": 3}, ["dense"] * 3 + ["moe"] * 2),
+        ({"model_type": "qwen3_moe", "num_hidden_layers": 4, "decoder_sparse_step": 2}, ["dense", "moe"] * 2),
+        ({"model_type": "qwen2_moe", "num_hidden_layers": 3, "mlp_only_layers": [1]}, ["moe", "dense", "moe"]),
+        ({"model_type": "llama4", "text_config": {"num_hidden_layers": 4, "interleave_moe_layer_step": 2}},
+         ["dense", "moe"] * 2),
+        ({"model_type": "jamba", "num_hidden_layers": 4}, ["dense", "moe"] * 2),
+        ({"model_type": "ernie4_5_moe", "num_hidden_layers": 4, "moe_layer_start_index": 1,
+          "moe_layer_end_index": 2}, ["dense", "moe", "moe", "dense"]),
+        ({"model_type": "deepseek_v4", "num_hidden_layers": 5}, ["hash"] * 3 + ["moe"] * 2),
+        ({"model_type": "nemotron_h", "hybrid_override_pattern": "M*E-E"}, ["dense", "dense", "moe", "dense", "moe"]),
+        ({"model_type": "gemma4_text", "num_hidden_layers": 2}, ["dense", "dense"]),
+    ],
+)
+def test_layer_types_from_legacy_keys(cfg, expected):
+    assert moe_layer_types(cfg) == expected
+
+
+def test_hash_layer_of_deepseek_v4_routes_by_hash():
+    cfg = {"model_type": "deepseek_v4", "num_hidden_layers": 5}
+    assert from_hf_config(cfg, layer=0).routing == "hash"
+    assert from_hf_config(cfg, layer=4).routing == "topk"
