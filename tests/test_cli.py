@@ -154,6 +154,60 @@ def test_route_plot_is_a_png(capsys, tmp_path):
     assert png.read_bytes()[:8] == PNG_MAGIC
 
 
+# Configs beyond today's presets: hash routing, a per-expert scale, zero experts, a bias with zeroed groups.
+CUSTOM = {
+    "custom-hash": RouterConfig(num_experts=16, top_k=4, scoring="sqrtsoftplus", routing="hash",
+                                routed_scaling_factor=1.5),
+    "custom-scale": RouterConfig(num_experts=32, top_k=4, has_expert_scale=True, softcap=10.0, selection="logits"),
+    "custom-zero": RouterConfig(num_experts=12, top_k=3, num_zero_experts=4),
+    "custom-groups": RouterConfig(num_experts=64, top_k=6, scoring="sigmoid", has_correction_bias=True, n_group=8,
+                                  topk_group=3, group_fill="zero", group_score="max", renormalize=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CUSTOM))
+def test_route_synthesises_what_the_config_needs(capsys, monkeypatch, tmp_path, name):
+    import moegate.cli
+
+    monkeypatch.setattr(moegate.cli, "preset", lambda n: CUSTOM[n] if n in CUSTOM else preset(n))
+    cfg = CUSTOM[name]
+    cap = tmp_path / "cap.safetensors"
+    got = run_json(capsys, "route", "--preset", name, "--tokens", "300", "--valid-tokens", "290", "--seed", "4",
+                   "--record", str(cap))
+    _, ids = route(config=cfg, num_valid_tokens=290, **synthetic_inputs(cfg, 300, seed=4))
+    load = expected_load(ids, cfg.top_k, cfg.num_scored, 290)
+    assert got["load"]["per_expert"] == load[: cfg.num_experts]
+    assert got["load"].get("per_zero_expert", []) == load[cfg.num_experts:]
+    assert got["check"]["ok"], got["check"]["first"]
+    assert run_cli(capsys, "check", str(cap), "--preset", name)[0] == 0
+
+
+def test_route_bias_from_a_file(capsys, tmp_path):
+    bias = torch.linspace(-0.05, 0.05, 256)
+    path = tmp_path / "bias.npy"
+    np.save(path, bias.numpy())
+    got = run_json(capsys, "route", "--tokens", "128", "--bias", str(path))
+    cfg = preset("deepseek-v3")
+    _, ids = route(synthetic_logits(128, 256), cfg, bias=bias)
+    assert got["load"]["per_expert"] == expected_load(ids, 8, 256)
+    assert got["run"]["bias"] == str(path)
+
+
+def test_route_shows_a_progress_bar_when_chunked(capsys, monkeypatch):
+    from rich.console import Console
+
+    import moegate.cli
+
+    def console(stderr: bool = False):  # a terminal on stderr, as an interactive shell has
+        return Console(file=sys.stderr if stderr else sys.stdout, force_terminal=stderr, width=100)
+
+    monkeypatch.setattr(moegate.cli, "_console", console)
+    code, _, err = run_cli(capsys, "route", "--preset", "mixtral", "--tokens", "2000", "--chunk-tokens", "250")
+    assert code == 0 and "routing preset mixtral" in err
+    code, _, err = run_cli(capsys, "route", "--preset", "mixtral", "--tokens", "200")
+    assert code == 0 and err == ""  # one chunk: no bar
+
+
 # --------------------------------------------------------------------------------------------------
 # record and check
 
