@@ -1,0 +1,1 @@
+"""Triton kernels: ``router`` (launcher, custom op, ``route_triton``) over ``router_kernel`` (the @triton.jit body)."""

@@ -1,0 +1,318 @@
+"""The fused Triton router: launch heuristic, launcher, torch.library custom op, ``route_triton``.
+
+The kernel body lives in ``router_kernel.py``. Read top to bottom: limits, the launch heuristic, the
+launcher that writes into preallocated outputs, the custom op (so that torch.compile traces one opaque
+call with a fake implementation), and the public function that ``moegate.route(backend="triton")``
+calls after validating its arguments.
+"""
+
+import os
+from typing import NamedTuple, Optional
+
+import torch
+import triton
+
+from moegate.config import RouterConfig
+from moegate.kernels import router_kernel as rk
+from moegate.layout import ExpertLayout
+
+# What one launch can take. The tile of a row lives in registers, [groups, experts per group] padded
+# to powers of two; past MAX_TILE lanes a row no longer fits the 16 warps a program may use.
+MAX_TILE = 16384
+MAX_TOP_K = 64  # the selection loop is unrolled K times
+MAX_SHARED_COLUMNS = 64
+MAX_REPLICAS = 64  # the home_rank policy unrolls over the replicas of an expert
+MAX_PACKED_ID = 32767  # packed words hold id << 16 in an int32
+
+# (block_m, num_warps) forced by the benchmark's sweep; None means the heuristic below.
+launch_override: Optional[tuple[int, int]] = None
+
+
+class _Spec(NamedTuple):
+    """The integer parameters of one launch (the custom op carries them as a list of ints)."""
+
+    K: int
+    C: int
+    N_GROUP: int
+    GROUP_SIZE: int
+    TOPK_GROUP: int
+    GROUP_MAX: int
+    GROUP_ZERO: int
+    SCORING: int
+    SELECT_LOGITS: int
+    HAS_SOFTCAP: int
+    RENORMALIZE: int
+    RENORM_P_ONE: int
+    EPS_CLAMP: int
+    APPLY_RSF: int
+    HASH: int
+    REPLICA_POLICY: int
+    SHARED_MODE: int
+    NUM_SHARED: int
+    SLOTS_PER_RANK: int
+    NUM_PHYSICAL: int
+    MAX_REPLICAS: int
+    num_valid: int  # -1: read from the device tensor
+    home_rank: int
+    layer: int
+    block_m: int
+    num_warps: int
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _tile_shape(config: RouterConfig) -> tuple[int, int]:
+    """(BLOCK_G, BLOCK_GS): the row tile [groups, experts per group], each padded to a power of two."""
+    if config.n_group == 1:
+        return 1, triton.next_power_of_2(config.num_scored)
+    return triton.next_power_of_2(config.n_group), triton.next_power_of_2(config.group_size)
+
+
+def _launch_shape(num_tokens: int, tile: int) -> tuple[int, int]:
+    """(rows per program, warps per program).
+
+    A row's top-K is a chain of K reductions; one warp per row keeps them on shuffles, and rows up to
+    ~1K lanes stay in one warp's registers. Narrow rows pack several per program so a program still
+    holds ~1K lanes; wider rows spread over more warps (a cross-warp reduction per step, but fewer
+    sequential lanes per thread).
+    """
+    if launch_override is not None:
+        return launch_override
+    if tile <= 1024:
+        num_warps = 1 if tile <= 512 else 2
+        block_m = max(1, min(8, 1024 // tile))
+        # Small batches: fewer rows per program, more programs in flight (latency, not throughput).
+        while block_m > 1 and triton.cdiv(num_tokens, block_m) < 264:
+            block_m //= 2
+        return block_m, num_warps
+    return 1, min(16, tile // 256)
+
+
+def _launch(
+    logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
+    weights, ids, packed, rec_ids, rec_count, spec: _Spec, params: list[float],
+) -> None:
+    """Launch the kernel on validated inputs; every output is written in place."""
+    T = logits.shape[0]
+    logit_scale, softcap, renorm_eps, renorm_p, inv_renorm_p, rsf, shared_weight = params
+    dummy = rec_count if rec_count is not None else weights  # pointer for arguments a constexpr turns off
+    block_g, block_gs = (1, triton.next_power_of_2(spec.GROUP_SIZE)) if spec.N_GROUP == 1 else (
+        triton.next_power_of_2(spec.N_GROUP), triton.next_power_of_2(spec.GROUP_SIZE)
+    )
+    rec_layer = rec_ids[spec.layer] if rec_ids is not None else dummy
+    grid = (max(1, triton.cdiv(T, spec.block_m)),)
+    rk._route_kernel[grid](
+        logits, logits.stride(0), logits.stride(1),
+        dummy if bias is None else bias, 0 if bias is None else bias.stride(0),
+        dummy if expert_scale is None else expert_scale, 0 if expert_scale is None else expert_scale.stride(0),
+        dummy if num_valid is None else num_valid, max(spec.num_valid, 0),
+        dummy if token_ids is None else token_ids, 0 if token_ids is None else token_ids.stride(0),
+        dummy if hash_table is None else hash_table,
+        0 if hash_table is None else hash_table.stride(0), 0 if hash_table is None else hash_table.stride(1),
+        dummy if l2p is None else l2p, dummy if replica_count is None else replica_count,
+        weights, ids, dummy if packed is None else packed,
+        rec_layer, 0 if rec_ids is None else rec_layer.stride(0),
+        dummy if rec_count is None else rec_count[spec.layer:],
+        T, spec.home_rank,
+        logit_scale, softcap, renorm_eps, renorm_p, inv_renorm_p, rsf, shared_weight,
+        K=spec.K, C=spec.C, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
+        GROUP_MAX=bool(spec.GROUP_MAX), GROUP_ZERO=bool(spec.GROUP_ZERO),
+        GROUP_BY_COUNT=block_g <= 32,  # counting is G*G compares per row, cheap only for few groups
+        SCORING=spec.SCORING, SELECT_LOGITS=bool(spec.SELECT_LOGITS), HAS_SOFTCAP=bool(spec.HAS_SOFTCAP),
+        HAS_BIAS=bias is not None, RENORMALIZE=bool(spec.RENORMALIZE), RENORM_P_ONE=bool(spec.RENORM_P_ONE),
+        EPS_CLAMP=bool(spec.EPS_CLAMP), HAS_EXPERT_SCALE=expert_scale is not None, APPLY_RSF=bool(spec.APPLY_RSF),
+        HASH=bool(spec.HASH), HAS_PLACEMENT=l2p is not None, MAX_REPLICAS=spec.MAX_REPLICAS,
+        REPLICA_POLICY=spec.REPLICA_POLICY, SHARED_MODE=spec.SHARED_MODE, NUM_SHARED=spec.NUM_SHARED,
+        SLOTS_PER_RANK=spec.SLOTS_PER_RANK, NUM_PHYSICAL=spec.NUM_PHYSICAL,
+        VALID_FROM_PTR=num_valid is not None, HAS_RECORDER=rec_ids is not None, HAS_PACKED=packed is not None,
+        BLOCK_M=spec.block_m, BLOCK_G=block_g, BLOCK_GS=block_gs,
+        BLOCK_KC=triton.next_power_of_2(spec.K + spec.C), ACCURATE=not _interpreting(),
+        num_warps=spec.num_warps,
+    )
+
+
+@torch.library.custom_op(
+    "moegate::route_fused", mutates_args=("weights", "ids", "packed", "rec_ids", "rec_count"), device_types=None
+)
+def _route_op(
+    logits: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    expert_scale: Optional[torch.Tensor],
+    num_valid: Optional[torch.Tensor],
+    token_ids: Optional[torch.Tensor],
+    hash_table: Optional[torch.Tensor],
+    l2p: Optional[torch.Tensor],
+    replica_count: Optional[torch.Tensor],
+    weights: torch.Tensor,
+    ids: torch.Tensor,
+    packed: Optional[torch.Tensor],
+    rec_ids: Optional[torch.Tensor],
+    rec_count: Optional[torch.Tensor],
+    spec: list[int],
+    params: list[float],
+) -> None:
+    _launch(
+        logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
+        weights, ids, packed, rec_ids, rec_count, _Spec(*spec), params,
+    )
+
+
+@_route_op.register_fake
+def _route_op_fake(
+    logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
+    weights, ids, packed, rec_ids, rec_count, spec, params,
+) -> None:
+    # The op only writes into the buffers it is given: nothing to allocate, no shapes to invent.
+    return None
+
+
+def _check_kernel_support(logits, config: RouterConfig, layout: ExpertLayout, packed_out) -> None:
+    """Raise ValueError for what one launch cannot take, before anything runs."""
+    if logits.device.type != "cuda" and not _interpreting():
+        raise ValueError(
+            f"backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 on the CPU), got logits on {logits.device}"
+        )
+    block_g, block_gs = _tile_shape(config)
+    if block_g * block_gs > MAX_TILE:
+        raise ValueError(
+            f"num_experts + num_zero_experts = {config.num_scored} in n_group={config.n_group} groups pads to a "
+            f"row tile of {block_g} x {block_gs} = {block_g * block_gs} lanes; the Triton router takes at most "
+            f"{MAX_TILE}"
+        )
+    if config.top_k > MAX_TOP_K:
+        raise ValueError(f"top_k must be <= {MAX_TOP_K} for the Triton router, got top_k={config.top_k}")
+    C = layout.num_shared_columns(config.num_shared_experts)
+    if C > MAX_SHARED_COLUMNS:
+        raise ValueError(
+            f"num_shared_experts must be <= {MAX_SHARED_COLUMNS} with shared columns for the Triton router, "
+            f"got {config.num_shared_experts}"
+        )
+    if layout.placement is not None and layout.placement.max_replicas > MAX_REPLICAS:
+        raise ValueError(
+            f"an expert may have at most {MAX_REPLICAS} replicas for the Triton router, got "
+            f"{layout.placement.max_replicas}"
+        )
+    if config.has_expert_scale and config.num_zero_experts:
+        raise ValueError(
+            f"has_expert_scale with num_zero_experts={config.num_zero_experts}: expert_scale is [E] and has no "
+            "entry for the zero experts a row may select"
+        )
+    if packed_out is not None:
+        T = logits.shape[0]
+        if not isinstance(packed_out, torch.Tensor) or packed_out.dtype != torch.int32:
+            raise TypeError(f"packed_out must be an int32 tensor, got {getattr(packed_out, 'dtype', packed_out)}")
+        if tuple(packed_out.shape) != (T, config.top_k + C) or not packed_out.is_contiguous():
+            raise ValueError(
+                f"packed_out must be contiguous with shape {(T, config.top_k + C)}, got {tuple(packed_out.shape)}"
+            )
+        if packed_out.device != logits.device:
+            raise ValueError(f"packed_out is on {packed_out.device}, but logits are on {logits.device}")
+        space = layout.id_space(config.num_experts, config.num_shared_experts) if not config.num_zero_experts \
+            else config.num_scored
+        if space - 1 > MAX_PACKED_ID:
+            raise ValueError(
+                f"packed_out holds ids up to {MAX_PACKED_ID} (id << 16 in int32), but the layout's id space is "
+                f"[0, {space})"
+            )
+
+
+def route_triton(
+    logits: torch.Tensor,
+    config: RouterConfig,
+    layout: ExpertLayout,
+    *,
+    bias: Optional[torch.Tensor] = None,
+    num_valid_tokens=None,
+    home_rank: int = 0,
+    token_ids: Optional[torch.Tensor] = None,
+    hash_table: Optional[torch.Tensor] = None,
+    expert_scale: Optional[torch.Tensor] = None,
+    recorder=None,
+    layer: int = 0,
+    out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+    packed_out: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SPEC.md steps 1-12 in one Triton launch.
+
+    Algorithm (per row, in registers)
+    ---------------------------------
+    1. x = logit_scale * logits, then the softcap; NaN and -inf become -inf.
+    2. Scores (softmax with the row max and sum of the tile, sigmoid, sqrt-softplus).
+    3. Keys (scores or logits, + bias), packed with the expert id into one sortable int64 word.
+    4. Groups: group scores from the words, the kept groups by counting the groups above each one;
+       dropped groups are excluded (word below every key) or zero-filled.
+    5. K rounds of one max each; each round's word names the expert.
+    6-8. Weights recomputed from a gather of the K winners' logits, renormalised, scaled.
+    9-12. Placement, shared columns, padding, capture, stored once.
+
+    Parameters
+    ----------
+    logits, config, layout, bias, num_valid_tokens, home_rank, token_ids, hash_table, expert_scale,
+    recorder, layer, out
+        As ``moegate.route``, already validated by ``moegate.router._check_route_args``.
+    packed_out : int32 Tensor [T, K + C], contiguous, optional
+        Also written: ``(id << 16) | bf16 bits of the weight`` (ids -1 on padded rows). Needs ids < 32768.
+
+    Returns
+    -------
+    (weights float32 [T, K + C], ids int32 [T, K + C]); ``out`` itself when given.
+
+    Raises
+    ------
+    ValueError before any launch for what the kernel cannot take: a row tile over 16384 lanes,
+    top_k > 64, more than 64 shared columns, more than 64 replicas of an expert, has_expert_scale with
+    zero experts, packed ids past 32767, tensors off CUDA (unless TRITON_INTERPRET=1).
+
+    Notes
+    -----
+    No host synchronisation (a device ``num_valid_tokens`` is read by the kernel) and, with ``out``,
+    no allocation: capturable in a CUDA graph. Registered as the custom op ``moegate::route_fused``
+    with a fake implementation, so torch.compile(fullgraph=True) traces through it.
+    """
+    _check_kernel_support(logits, config, layout, packed_out)
+    T, device = logits.shape[0], logits.device
+    K = config.top_k
+    C = layout.num_shared_columns(config.num_shared_experts)
+    if out is None:
+        weights = torch.empty((T, K + C), dtype=torch.float32, device=device)
+        ids = torch.empty((T, K + C), dtype=torch.int32, device=device)
+    else:
+        weights, ids = out
+    l2p = replica_count = None
+    max_replicas = 1
+    if layout.placement is not None:
+        _, l2p, replica_count = layout.placement.tables(device)
+        max_replicas = l2p.shape[1]
+    E = config.num_experts
+    P = layout.num_physical(E)
+    block_g, block_gs = _tile_shape(config)
+    block_m, num_warps = _launch_shape(T, block_g * block_gs)
+    num_valid = num_valid_tokens if isinstance(num_valid_tokens, torch.Tensor) else None
+    rsf = float(config.routed_scaling_factor)
+    spec = _Spec(
+        K=K, C=C, N_GROUP=config.n_group, GROUP_SIZE=config.group_size, TOPK_GROUP=config.topk_group,
+        GROUP_MAX=int(config.group_score == "max"), GROUP_ZERO=int(config.group_fill == "zero"),
+        SCORING=rk.SCORINGS[config.scoring], SELECT_LOGITS=int(config.selection == "logits"),
+        HAS_SOFTCAP=int(config.softcap is not None), RENORMALIZE=int(config.renormalize),
+        RENORM_P_ONE=int(config.renorm_p == 1.0), EPS_CLAMP=int(config.renorm_eps_mode == "clamp"),
+        APPLY_RSF=int(layout.scale == "in_weights" and rsf != 1.0),
+        HASH=int(config.routing == "hash"), REPLICA_POLICY=rk.REPLICA_POLICIES[layout.replica_policy],
+        SHARED_MODE=rk.SHARED_SLOTS[layout.shared_slots], NUM_SHARED=config.num_shared_experts,
+        SLOTS_PER_RANK=P // layout.ep_size, NUM_PHYSICAL=P, MAX_REPLICAS=max_replicas,
+        num_valid=-1 if num_valid is not None else (T if num_valid_tokens is None else int(num_valid_tokens)),
+        home_rank=home_rank, layer=layer, block_m=block_m, num_warps=num_warps,
+    )
+    params = [
+        float(config.logit_scale), float(config.softcap or 1.0), float(config.renorm_eps),
+        float(config.renorm_p), 1.0 / float(config.renorm_p), rsf,
+        1.0 if layout.scale == "in_weights" else 1.0 / rsf,
+    ]
+    torch.ops.moegate.route_fused(
+        logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
+        weights, ids, packed_out,
+        None if recorder is None else recorder.ids, None if recorder is None else recorder.num_tokens,
+        list(spec), params,
+    )
+    return weights, ids

@@ -1,0 +1,432 @@
+"""The fused Triton router (backend="triton") against the reference, SPEC.md steps 1-12.
+
+On a CUDA machine these run on the GPU over the full grid. Without one they run the same kernel under
+TRITON_INTERPRET=1 on the CPU with small shapes (the CI lane); the environment variable must be set
+before the kernel module is first imported, hence the top of this file.
+"""
+
+import os
+
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from moegate import ExpertLayout, ExpertPlacement, RouterConfig, RoutingRecorder, route  # noqa: E402
+from moegate.reference import route_reference, scores_and_keys  # noqa: E402
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+FULL = HAS_CUDA  # the full grid on the GPU; small shapes under the interpreter
+pytestmark = pytest.mark.skipif(
+    not (HAS_CUDA or INTERPRET), reason="no CUDA device, and TRITON_INTERPRET is set to something other than 1"
+)
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device (CUDA graphs); none is available")
+
+# Weights: fp32 arithmetic throughout, so one tolerance whatever the logits' dtype (SPEC.md); the
+# p-norm goes through pow twice and gets a few ulps more.
+TOLERANCES = {"default": dict(rtol=1e-6, atol=1e-7), "pnorm": dict(rtol=4e-6, atol=1e-7)}
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+TOKEN_COUNTS = (0, 1, 37, 199, 1024) if FULL else (0, 1, 37)
+
+# Distinct values exact in bf16 and fp16, none near 0: every bf16 in [1/64, 8) and its negation
+# (bit patterns 0x3C80..0x40FF), 2304 values, so rows wider than 256 stay tie-free.
+_POOL = torch.arange(0x3C80, 0x4100, dtype=torch.int16).view(torch.bfloat16).float()
+_POOL = torch.cat([_POOL, -_POOL])
+
+
+def tie_free_logits(T, W, dtype=torch.float32, seed=0):
+    """Per-row permutations: randperm(W) / 32 up to W = 256 (exact in bf16), else draws from _POOL."""
+    g = torch.Generator().manual_seed(seed)
+    order = torch.rand(T, max(W, 1), generator=g).argsort(dim=1)[:, :W]
+    if W <= 256:
+        x = order.float() / 32
+    else:
+        x = _POOL[torch.rand(T, len(_POOL), generator=g).argsort(dim=1)[:, :W]]
+    return x.to(dtype).to(DEVICE)
+
+
+def extras(config, T, seed=0):
+    """bias / expert_scale / hash tables for a config, on the device."""
+    g = torch.Generator().manual_seed(seed + 1)
+    kw = {}
+    if config.has_correction_bias:
+        kw["bias"] = (torch.randint(0, 16, (config.num_scored,), generator=g) / 64).to(DEVICE)
+    if config.has_expert_scale:
+        kw["expert_scale"] = (0.5 + torch.rand(config.num_experts, generator=g)).to(DEVICE)
+    if config.routing == "hash":
+        vocab = 50
+        kw["hash_table"] = torch.rand(vocab, config.num_experts, generator=g).argsort(dim=1)[:, : config.top_k].to(
+            DEVICE, torch.int32
+        )
+        kw["token_ids"] = torch.randint(0, vocab, (T,), generator=g).to(DEVICE)
+    return kw
+
+
+def poisoned_out(T, width):
+    return (
+        torch.full((T, width), float("nan"), device=DEVICE),
+        torch.full((T, width), -7, dtype=torch.int32, device=DEVICE),
+    )
+
+
+def run_both(logits, config, layout=None, tol="default", near_ties=False, **kw):
+    """Route with the kernel (into poisoned outputs) and the reference; compare ids and weights."""
+    layout = layout or ExpertLayout()
+    width = config.top_k + layout.num_shared_columns(config.num_shared_experts)
+    out = poisoned_out(logits.shape[0], width)
+    got = route(logits, config, layout, backend="triton", out=out, **kw)
+    assert got.weights is out[0] and got.ids is out[1]
+    want = route(logits, config, layout, backend="reference", **kw)
+    assert_same_routing(got, want, logits, config, kw.get("bias"), tol=tol, near_ties=near_ties)
+    return got, want
+
+
+def assert_same_routing(got, want, logits, config, bias, tol="default", near_ties=False):
+    gw, gi = got
+    ww, wi = want
+    assert not torch.isnan(gw).any(), "an output weight was never written"
+    assert not (gi == -7).any(), "an output id was never written"
+    same = (gi == wi).all(dim=1)
+    if near_ties and not bool(same.all()):
+        # With a bias, s_i + b_i and s_j + b_j may land within an ulp of each other; the kernel and
+        # torch may then order them differently. Allowed only for such genuine near-ties, rarely.
+        _, key64 = scores_and_keys(logits, config, bias, torch.float64)
+        bad = (~same).nonzero().flatten()
+        assert len(bad) <= max(1, logits.shape[0] // 50), f"{len(bad)} rows routed differently"
+        K = config.top_k
+        for r in bad.tolist():
+            kg = key64[r, gi[r, :K].long()]
+            kw_ = key64[r, wi[r, :K].long()]
+            assert torch.allclose(kg, kw_, rtol=1e-6, atol=1e-12), f"row {r}: {gi[r]} vs {wi[r]}"
+        keep = same
+        gw, gi, ww, wi = gw[keep], gi[keep], ww[keep], wi[keep]
+    torch.testing.assert_close(gi, wi, rtol=0, atol=0)
+    torch.testing.assert_close(gw, ww, **TOLERANCES[tol])
+
+
+def _configs():
+    """(name, config, tolerance) over the contract's knobs; widths small under the interpreter."""
+    E, K = (256, 8) if FULL else (32, 4)
+    wide = [
+        ("kimi-384", RouterConfig(384, 8, scoring="sigmoid", has_correction_bias=True, routed_scaling_factor=2.827)),
+        ("k3-896-top16", RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)),
+        ("2048-top32", RouterConfig(2048, 32, scoring="softmax")),
+        ("512-top22", RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True)),
+        ("384-groups-of-48", RouterConfig(384, 8, scoring="sigmoid", has_correction_bias=True, n_group=8,
+                                          topk_group=3)),
+        ("groups-of-64", RouterConfig(2048, 16, scoring="sigmoid", n_group=32, topk_group=4, group_score="max")),
+    ] if FULL else [
+        ("width-300", RouterConfig(300, 6, scoring="sigmoid", has_correction_bias=True)),
+    ]
+    return [
+        ("softmax", RouterConfig(E, K), "default"),
+        ("softmax-raw", RouterConfig(E, K, renormalize=False), "default"),
+        ("sigmoid-bias-rsf", RouterConfig(E, K, scoring="sigmoid", has_correction_bias=True,
+                                          routed_scaling_factor=2.5), "default"),
+        ("sqrtsoftplus-bias", RouterConfig(E, K - 2, scoring="sqrtsoftplus", has_correction_bias=True,
+                                           routed_scaling_factor=1.5), "default"),
+        ("grouped-top2-exclude", RouterConfig(E, K, scoring="sigmoid", has_correction_bias=True, n_group=8,
+                                              topk_group=4, routed_scaling_factor=2.5), "default"),
+        ("grouped-max-zero", RouterConfig(E, K, scoring="softmax", n_group=4, topk_group=2, group_score="max",
+                                          group_fill="zero"), "default"),
+        ("odd-groups", RouterConfig(3 * (12 if FULL else 5), 4, scoring="sigmoid", n_group=3, topk_group=2),
+         "default"),
+        ("logits-selection", RouterConfig(E, K, selection="logits", scoring="sigmoid", renormalize=False),
+         "default"),
+        ("softcap-scale", RouterConfig(E, K, logit_scale=0.5, softcap=3.0), "default"),
+        ("pnorm-clamp", RouterConfig(E, K, renorm_p=2.0, renorm_eps_mode="clamp", renorm_eps=1e-6), "pnorm"),
+        ("expert-scale", RouterConfig(E, K, scoring="sigmoid", has_expert_scale=True), "default"),
+        ("zero-experts", RouterConfig(E, K, num_zero_experts=E // 4 if FULL else 8, scoring="sigmoid",
+                                      has_correction_bias=True), "default"),
+        ("top1-non-pow2", RouterConfig(E - 3, 1, renormalize=False), "default"),
+    ] + [(name, c, "default") for name, c in wide]
+
+
+CONFIGS = _configs()
+
+
+def _layouts(E):
+    half = E // 2
+    # Every expert once, experts [0, half) twice more: replicas on both ranks.
+    slots = tuple(range(E)) + tuple(range(half))
+    if len(slots) % 2:
+        slots = slots + (0,)
+    placement = ExpertPlacement(slots, E)
+    return [
+        ("default", ExpertLayout(), 0),
+        ("global-on-output", ExpertLayout(shared_slots="global", scale="on_output"), 2),
+        ("per-rank-round-robin", ExpertLayout(shared_slots="per_rank", ep_size=2, placement=placement), 1),
+        ("per-rank-home", ExpertLayout(shared_slots="per_rank", ep_size=2, placement=placement,
+                                       replica_policy="home_rank"), 2),
+        ("first-replica-on-output", ExpertLayout(ep_size=2, placement=placement, replica_policy="first",
+                                                 scale="on_output"), 0),
+    ]
+
+
+def _grid():
+    cases = []
+    for ci, (name, config, tol) in enumerate(CONFIGS):
+        layouts = _layouts(config.num_experts)
+        for li, (lname, layout, S) in enumerate(layouts):
+            if config.num_zero_experts and lname != "default":
+                continue
+            for di, dtype in enumerate(DTYPES):
+                # Under the interpreter, each config meets each layout once, the dtypes in rotation.
+                if not FULL and (ci + li) % len(DTYPES) != di:
+                    continue
+                cases.append(pytest.param(config.replace(num_shared_experts=S), layout, dtype, tol,
+                                          id=f"{name}-{lname}-{str(dtype)[6:]}"))
+    return cases
+
+
+@pytest.mark.parametrize("config,layout,dtype,tol", _grid())
+def test_matches_reference_on_tie_free_logits(config, layout, dtype, tol):
+    for seed, T in enumerate(TOKEN_COUNTS):
+        logits = tie_free_logits(T, config.num_scored, dtype, seed)
+        kw = extras(config, T, seed)
+        home = layout.ep_size - 1
+        run_both(logits, config, layout, tol=tol, near_ties=config.has_correction_bias, home_rank=home, **kw)
+
+
+@pytest.mark.parametrize("block_m,num_warps", [(1, 1), (4, 1), (2, 2), (1, 4)])
+def test_every_launch_shape_routes_the_same(block_m, num_warps, monkeypatch):
+    """The heuristic only picks among correct launches: force each shape through the same batch."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", (block_m, num_warps))
+    E = 64 if not FULL else 256
+    config = RouterConfig(E, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    for T in (1, 37):
+        logits = tie_free_logits(T, E, seed=T)
+        run_both(logits, config, near_ties=True, **extras(config, T))
+
+
+def test_ties_go_to_the_lower_id():
+    """Many equal logits: ids must follow the reference's stable order exactly (lower id first)."""
+    g = torch.Generator().manual_seed(3)
+    E = 64 if not FULL else 256
+    for config in (
+        RouterConfig(E, 6),
+        RouterConfig(E, 6, scoring="sigmoid", n_group=8, topk_group=3),
+        RouterConfig(E, 6, scoring="sqrtsoftplus", n_group=4, topk_group=2, group_score="max", group_fill="zero"),
+        RouterConfig(E, 6, selection="logits", scoring="sigmoid"),
+    ):
+        logits = torch.randint(0, 3, (37, E), generator=g).float().to(DEVICE)
+        logits[0] = 1.0  # one row all equal: ids 0..K-1
+        got, want = run_both(logits, config)
+        if config.n_group == 1:
+            assert got.ids[0].tolist() == list(range(6))
+
+
+def test_nan_and_neg_inf_rows():
+    """NaN/-inf logits score 0, key -inf, below every real key; an all-NaN row gives weights 0."""
+    g = torch.Generator().manual_seed(4)
+    E = 48 if not FULL else 256
+    for config in (
+        RouterConfig(E, 4),
+        RouterConfig(E, 4, scoring="sigmoid", has_correction_bias=True),
+        RouterConfig(E, 4, scoring="sqrtsoftplus", n_group=4, topk_group=2),
+        RouterConfig(E, 4, scoring="sigmoid", n_group=4, topk_group=2, group_fill="zero", softcap=5.0),
+        RouterConfig(E, 4, selection="logits", renormalize=False),
+    ):
+        logits = torch.rand(9, E, generator=g) * 4
+        logits[1, ::3] = float("nan")
+        logits[2, 5:] = float("-inf")  # fewer than K live experts in the row
+        logits[3] = float("nan")
+        logits[4] = float("-inf")
+        logits[5, : E // 2] = float("nan")  # whole groups dead: exclude keeps them below kept ones
+        logits = logits.to(DEVICE)
+        got, _ = run_both(logits, config, **extras(config, 9))
+        if config.softcap is None:
+            assert (got.weights[3] == 0).all()
+        assert (got.weights >= 0).all()
+
+
+def test_exclude_never_selects_a_dropped_group_even_below_neg_inf():
+    """Kept groups full of -inf still come before any expert of a dropped group (group_fill='exclude')."""
+    E, G = 32, 4
+    config = RouterConfig(E, 6, scoring="sigmoid", n_group=G, topk_group=2, group_score="max")
+    logits = torch.full((3, E), float("-inf"))
+    logits[:, 0] = 5.0  # group 0 kept on its one live expert
+    logits[:, 8] = 4.0  # group 1 kept
+    logits[:, 16:] = -20.0  # groups 2, 3 dropped despite many finite keys
+    logits = logits.to(DEVICE)
+    got, _ = run_both(logits, config)
+    assert (got.ids < 16).all()
+
+
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_padding_rows(as_tensor):
+    config = RouterConfig(32, 4, scoring="sigmoid", has_correction_bias=True, num_shared_experts=2)
+    layout = ExpertLayout(shared_slots="global")
+    T = 37
+    logits = tie_free_logits(T, 32)
+    for n in (0, 1, 20, T):
+        nv = torch.tensor([n], dtype=torch.int32, device=DEVICE) if as_tensor else n
+        got, _ = run_both(logits, config, layout, near_ties=True, num_valid_tokens=nv, **extras(config, T))
+        assert (got.ids[n:] == -1).all() and (got.weights[n:] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16])
+def test_recorder_matches_reference(dtype):
+    config = RouterConfig(32, 4, n_group=4, topk_group=2, scoring="sigmoid")
+    layout = ExpertLayout(ep_size=2, shared_slots="per_rank", placement=ExpertPlacement(tuple(range(32)) * 2, 32))
+    for T in (0, 5, 37):
+        logits = tie_free_logits(T, 32, seed=T)
+        recs = [RoutingRecorder(2, 40, 4, 32, dtype=dtype, device=DEVICE) for _ in range(2)]
+        for r in recs:
+            r.ids.fill_(-7)
+        for rec, backend in zip(recs, ("triton", "reference")):
+            route(logits, config, layout, backend=backend, recorder=rec, layer=1, num_valid_tokens=min(T, 3))
+        assert torch.equal(recs[0].ids, recs[1].ids)
+        assert torch.equal(recs[0].num_tokens, recs[1].num_tokens)
+        assert int(recs[0].num_tokens[1]) == T
+
+
+def test_hash_routing():
+    for config in (
+        RouterConfig(32, 4, scoring="sqrtsoftplus", routing="hash", routed_scaling_factor=1.5),
+        RouterConfig(32, 4, scoring="softmax", routing="hash", num_shared_experts=1),
+    ):
+        layout = ExpertLayout(shared_slots="global") if config.num_shared_experts else ExpertLayout()
+        for T in (1, 37):
+            logits = tie_free_logits(T, 32, torch.bfloat16, seed=T)
+            kw = extras(config, T, seed=T)
+            run_both(logits, config, layout, num_valid_tokens=T - 1, **kw)
+
+
+def test_packed_output():
+    config = RouterConfig(64, 6, scoring="sigmoid", has_correction_bias=True, num_shared_experts=1)
+    layout = ExpertLayout(shared_slots="global")
+    T = 37
+    logits = tie_free_logits(T, 64)
+    kw = extras(config, T)
+    packed = torch.full((T, 7), -7, dtype=torch.int32, device=DEVICE)
+    from moegate.kernels.router import route_triton
+
+    weights, ids = route_triton(logits, config, layout, num_valid_tokens=30, packed_out=packed, **kw)
+    w_bits = weights.to(torch.bfloat16).view(torch.int16).to(torch.int32) & 0xFFFF
+    assert torch.equal(packed, (ids << 16) | w_bits)
+    assert (packed[30:] == (-1 << 16)).all()
+
+
+def test_strided_logits_and_allocating_path():
+    config = RouterConfig(32, 4, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2)
+    base = tie_free_logits(37, 64)
+    for logits in (base[:, ::2], tie_free_logits(32, 37).t()):  # column stride 2; a transposed view
+        kw = extras(config, logits.shape[0])
+        got = route(logits, config, backend="triton", **kw)
+        want = route(logits, config, backend="reference", **kw)
+        assert_same_routing(got, want, logits, config, kw["bias"], near_ties=True)
+
+
+def test_unsupported_configs_raise_before_launch():
+    from moegate.kernels.router import route_triton
+
+    out = poisoned_out(4, 65)
+    with pytest.raises(ValueError, match="top_k"):
+        route(torch.zeros(4, 128, device=DEVICE), RouterConfig(128, 65), backend="triton", out=out)
+    assert torch.isnan(out[0]).all() and (out[1] == -7).all()
+    with pytest.raises(ValueError, match="zero experts"):
+        config = RouterConfig(16, 2, has_expert_scale=True, num_zero_experts=4)
+        route(torch.zeros(4, 20, device=DEVICE), config, backend="triton", expert_scale=torch.ones(16, device=DEVICE))
+    placement = ExpertPlacement(tuple(i % 1000 for i in range(40000)), 1000)
+    with pytest.raises(ValueError, match="packed_out"):
+        route_triton(torch.zeros(2, 1000, device=DEVICE), RouterConfig(1000, 2), ExpertLayout(placement=placement),
+                     packed_out=torch.zeros(2, 2, dtype=torch.int32, device=DEVICE))
+    with pytest.raises(ValueError, match="replicas"):
+        many = ExpertPlacement(tuple(i % 4 for i in range(400)), 4)
+        route(torch.zeros(2, 4, device=DEVICE), RouterConfig(4, 2), ExpertLayout(placement=many), backend="triton")
+    with pytest.raises(ValueError, match="lanes"):
+        route(torch.zeros(1, 20000, device=DEVICE), RouterConfig(20000, 2), backend="triton")
+
+
+@settings(max_examples=40 if FULL else 12, deadline=None, derandomize=True)
+@given(
+    E_per_group=st.integers(2, 12),
+    n_group=st.integers(1, 5),
+    data=st.data(),
+)
+def test_property_random_configs_match_reference(E_per_group, n_group, data):
+    E = E_per_group * n_group
+    topk_group = data.draw(st.integers(1, n_group))
+    K = data.draw(st.integers(1, min(8, topk_group * E_per_group if n_group > 1 else E)))
+    config = RouterConfig(
+        E, K,
+        scoring=data.draw(st.sampled_from(["softmax", "sigmoid", "sqrtsoftplus"])),
+        selection=data.draw(st.sampled_from(["scores", "logits"])),
+        logit_scale=data.draw(st.sampled_from([1.0, 0.75])),
+        softcap=data.draw(st.sampled_from([None, 4.0])),
+        has_correction_bias=data.draw(st.booleans()),
+        n_group=n_group, topk_group=topk_group,
+        group_score=data.draw(st.sampled_from(["top2_sum", "max"])),
+        group_fill=data.draw(st.sampled_from(["exclude", "zero"])),
+        renormalize=data.draw(st.booleans()),
+        routed_scaling_factor=data.draw(st.sampled_from([1.0, 2.5])),
+        num_shared_experts=data.draw(st.integers(0, 2)),
+    )
+    layout = ExpertLayout(
+        shared_slots=data.draw(st.sampled_from(["none", "global", "per_rank"])),
+        scale=data.draw(st.sampled_from(["in_weights", "on_output"])),
+    )
+    T = data.draw(st.sampled_from([1, 7, 33]))
+    logits = tie_free_logits(T, E, data.draw(st.sampled_from(DTYPES)), seed=T + E)
+    run_both(logits, config, layout, near_ties=config.has_correction_bias, **extras(config, T))
+
+
+@needs_cuda
+def test_cuda_graph_replay_equals_eager():
+    config = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4,
+                          routed_scaling_factor=2.5, num_shared_experts=1)
+    placement = ExpertPlacement(tuple(range(256)) + tuple(range(0, 256, 2)), 256)
+    layout = ExpertLayout(shared_slots="per_rank", ep_size=4, placement=placement)
+    T = 199
+    logits = tie_free_logits(T, 256)
+    kw = extras(config, T)
+    nv = torch.tensor([150], device=DEVICE)
+    rec = RoutingRecorder(1, T, 8, 256, device=DEVICE)
+    out = poisoned_out(T, 9)
+    run = lambda: route(logits, config, layout, out=out, num_valid_tokens=nv, recorder=rec, home_rank=1,  # noqa: E731
+                        backend="triton", **kw)
+    run()  # warm-up: compile, build the placement tables
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    for seed in range(3):
+        logits.copy_(tie_free_logits(T, 256, seed=seed + 10))
+        nv.fill_(100 + seed)
+        out[0].fill_(float("nan"))
+        out[1].fill_(-7)
+        graph.replay()
+        torch.cuda.synchronize()
+        replayed = (out[0].clone(), out[1].clone())
+        eager = route(logits, config, layout, num_valid_tokens=nv, home_rank=1, backend="triton", **kw)
+        assert torch.equal(replayed[1], eager.ids) and torch.equal(replayed[0], eager.weights)
+        want = route(logits, config, layout, num_valid_tokens=nv, home_rank=1, backend="reference", **kw)
+        assert_same_routing(replayed, want, logits, config, kw["bias"], near_ties=True)
+
+
+def test_torch_compile_fullgraph():
+    config = RouterConfig(64, 6, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2,
+                          num_shared_experts=1)
+    layout = ExpertLayout(shared_slots="global", scale="on_output")
+    T = 37
+    logits = tie_free_logits(T, 64)
+    kw = extras(config, T)
+    nv = torch.tensor([30], device=DEVICE)
+
+    def f(x, bias, n):
+        w, i = route(x, config, layout, bias=bias, num_valid_tokens=n, backend="triton")
+        return w * 2, i
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, backend="inductor" if HAS_CUDA else "eager")
+    w, i = compiled(logits, kw["bias"], nv)
+    want = route(logits, config, layout, num_valid_tokens=nv, backend="reference", **kw)
+    assert_same_routing((w / 2, i), want, logits, config, kw["bias"], near_ties=True)
