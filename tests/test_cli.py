@@ -353,6 +353,27 @@ def test_bad_arguments_give_one_line(capsys, argv, words):
     assert "Traceback" not in err + out
 
 
+def test_unsupported_hf_config_is_one_line(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "no_such_moe", "num_experts": 8}))
+    for argv in (["show", str(path)], ["route", "--hf-config", str(path)]):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("moegate: error: "), err
+    path.write_text("{not json")
+    code, _, err = run_cli(capsys, "show", str(path))
+    assert code == 2 and "not valid JSON" in err and len(err.strip().splitlines()) == 1
+
+
+def test_route_with_inf_logits_still_prints_valid_json(capsys, tmp_path):
+    logits = synthetic_logits(16, 8)
+    logits[3, 2] = float("inf")  # outside the contract's domain: ids stay valid, weights are unspecified
+    path = tmp_path / "logits.pt"
+    torch.save(logits, path)
+    code, out, _ = run_cli(capsys, "route", "--preset", "mixtral", "--logits", str(path), "--json")
+    json.loads(out, parse_constant=lambda token: pytest.fail(f"{token} in the JSON"))
+    assert code in (0, 1)
+
+
 def test_route_rejects_logits_of_the_wrong_width(capsys, tmp_path):
     path = tmp_path / "logits.npy"
     np.save(path, np.zeros((4, 7), dtype=np.float32))

@@ -1103,8 +1103,19 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False)
 
 
+def _finite(obj):
+    """JSON has no NaN or infinity: such floats (weights from +inf logits, say) become null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def _print_json(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n")
+    sys.stdout.write(json.dumps(_finite(obj), indent=2, allow_nan=False, default=str) + "\n")
     sys.stdout.flush()
 
 
