@@ -182,6 +182,24 @@ def test_route_synthesises_what_the_config_needs(capsys, monkeypatch, tmp_path, 
     assert run_cli(capsys, "check", str(cap), "--preset", name)[0] == 0
 
 
+def test_route_exits_1_when_the_router_breaks_an_invariant(capsys, monkeypatch):
+    import moegate.cli
+
+    def broken_route(*args, **kwargs):  # a router that repeats its first expert in row 5
+        weights, ids = route(*args, **kwargs)
+        ids = ids.clone()
+        ids[5, 1] = ids[5, 0]
+        return weights, ids
+
+    monkeypatch.setattr(moegate.cli, "route", broken_route)
+    code, out, _ = run_cli(capsys, "route", "--preset", "qwen3-moe", "--tokens", "64")
+    assert code == 1
+    assert "check_routing: FAILED" in out and "row 5" in out and "routed experts repeat" in out
+    code, out, _ = run_cli(capsys, "route", "--preset", "qwen3-moe", "--tokens", "64", "--json")
+    got = json.loads(out)
+    assert code == 1 and not got["check"]["ok"] and got["check"]["violations"] >= 1
+
+
 def test_route_bias_from_a_file(capsys, tmp_path):
     bias = torch.linspace(-0.05, 0.05, 256)
     path = tmp_path / "bias.npy"
