@@ -1,0 +1,104 @@
+"""Presets: exact names, published config.json values, and the round trip through a JSON file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moegate import RouterConfig, from_hf_config, preset, preset_names
+from moegate.hf import moe_layer_types
+from moegate.presets import DEFAULT_PRESET, PRESETS, preset_hf_config, preset_source
+
+FLAGSHIPS = [
+    "deepseek-v3", "deepseek-r1", "deepseek-v2", "deepseek-v4", "kimi-k2", "qwen3-moe", "qwen3-next", "qwen3.5-moe",
+    "mixtral", "gpt-oss", "llama4", "glm-4.5", "minimax-m2", "ernie-4.5", "longcat-flash", "gemma4",
+]
+
+
+def test_flagship_names_and_default_are_presets():
+    names = preset_names()
+    assert names == sorted(PRESETS)
+    assert set(FLAGSHIPS) <= set(names)
+    assert DEFAULT_PRESET == "deepseek-v3" and DEFAULT_PRESET in names
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_preset_round_trips_through_a_json_file(name, tmp_path):
+    config = preset(name)
+    assert isinstance(config, RouterConfig)
+    raw = preset_hf_config(name)
+    assert raw["model_type"]
+    assert from_hf_config(raw) == config
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    assert from_hf_config(path) == config
+    assert from_hf_config(str(path)) == config
+    assert preset_source(name).count("/") == 1
+
+
+@pytest.mark.parametrize("bad", ["deepseek", "DeepSeek-V3", "deepseek-v3 ", "", "mixtral-8x7b"])
+def test_unknown_name_lists_the_known_ones(bad):
+    with pytest.raises(ValueError, match=r"unknown preset .*known presets: .*deepseek-v3.*mixtral"):
+        preset(bad)
+    with pytest.raises(ValueError, match="known presets"):
+        preset_hf_config(bad)
+
+
+def test_preset_hf_config_is_a_copy():
+    raw = preset_hf_config("kimi-k2.5")
+    raw["text_config"]["n_routed_experts"] = 8
+    assert preset("kimi-k2.5").num_experts == 384
+
+
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("deepseek-v3", dict(num_experts=256, top_k=8, scoring="sigmoid", has_correction_bias=True, n_group=8,
+                             topk_group=4, group_fill="exclude", renormalize=True, routed_scaling_factor=2.5,
+                             num_shared_experts=1)),
+        ("deepseek-v2", dict(num_experts=160, top_k=6, scoring="softmax", n_group=8, topk_group=3, group_score="max",
+                             renormalize=False, routed_scaling_factor=16.0, num_shared_experts=2)),
+        ("deepseek-v4", dict(num_experts=256, top_k=6, scoring="sqrtsoftplus", has_correction_bias=True,
+                             routed_scaling_factor=1.5, num_shared_experts=1)),
+        ("kimi-k2", dict(num_experts=384, top_k=8, n_group=1, routed_scaling_factor=2.827, num_shared_experts=1)),
+        ("qwen3-moe", dict(num_experts=128, top_k=8, scoring="softmax", renormalize=True, renorm_eps=0.0)),
+        ("qwen3-next", dict(num_experts=512, top_k=10, renormalize=True, num_shared_experts=1)),
+        ("mixtral", dict(num_experts=8, top_k=2, renormalize=True, renorm_eps=0.0)),
+        ("gpt-oss", dict(num_experts=128, top_k=4, selection="logits", renormalize=True)),
+        ("llama4", dict(num_experts=16, top_k=1, scoring="sigmoid", selection="logits", renormalize=False,
+                        num_shared_experts=1)),
+        ("glm-4.5", dict(num_experts=160, top_k=8, has_correction_bias=True, n_group=1, routed_scaling_factor=2.5)),
+        ("minimax-m2", dict(num_experts=256, top_k=8, scoring="sigmoid", has_correction_bias=True, renorm_eps=0.0)),
+        ("ernie-4.5", dict(num_experts=64, top_k=8, has_correction_bias=True, renorm_eps_mode="clamp",
+                           renorm_eps=1e-12, num_shared_experts=0)),
+        ("longcat-flash", dict(num_experts=512, num_zero_experts=256, top_k=12, renormalize=False,
+                               routed_scaling_factor=6.0, has_correction_bias=True)),
+        ("gemma4", dict(num_experts=128, top_k=8, has_expert_scale=True, renormalize=True)),
+        ("dbrx", dict(num_experts=16, top_k=4, renorm_p=1.0, renormalize=True)),
+    ],
+)
+def test_preset_routing_facts(name, expected):
+    got = preset(name).to_dict()
+    assert {k: got[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize(
+    "name,dense,moe,hash_",
+    [("deepseek-v3", 3, 58, 0), ("kimi-k2", 1, 60, 0), ("deepseek-v4", 0, 40, 3), ("llama4-maverick", 24, 24, 0),
+     ("ernie-4.5", 3, 51, 0), ("qwen3-moe", 0, 48, 0), ("jamba", 16, 16, 0)],
+)
+def test_preset_layer_types(name, dense, moe, hash_):
+    kinds = moe_layer_types(preset_hf_config(name))
+    assert (kinds.count("dense"), kinds.count("moe"), kinds.count("hash")) == (dense, moe, hash_)
+
+
+def test_presets_load_into_the_transformers_config_classes():
+    """Every preset's keys build the model's transformers config, which routes the same way."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    aliases = {"kimi_k2": "deepseek_v3"}
+    for name in preset_names():
+        raw = preset_hf_config(name)
+        model_type = raw.pop("model_type")
+        cls = transformers.CONFIG_MAPPING[aliases.get(model_type, model_type)]
+        assert from_hf_config(cls(**raw)) == preset(name), name
