@@ -14,6 +14,7 @@ import torch
 
 from moegate import RouterConfig, RoutingRecorder, preset, preset_names, route
 from moegate.cli import describe, main
+from moegate.presets import DEFAULT_PRESET
 from moegate.synthetic import (
     synthetic_bias,
     synthetic_hash_table,
@@ -108,7 +109,13 @@ def test_route_summary_shows_the_numbers(capsys):
 def test_route_with_no_arguments_routes_the_default_preset(capsys):
     code, out, err = run_cli(capsys, "route")
     assert code == 0, err
-    assert "deepseek-v3" in out and "4096 (4096 live, 0 padded)" in out
+    cfg = preset(DEFAULT_PRESET)
+    _, ids = route(config=cfg, **synthetic_inputs(cfg, 4096, seed=0, skew=1.0))
+    load = torch.tensor(expected_load(ids, cfg.top_k, cfg.num_scored))[: cfg.num_experts]
+    hottest = int(torch.argsort(load, descending=True, stable=True)[0])
+    assert f"preset {DEFAULT_PRESET}" in out and "4096 (4096 live, 0 padded)" in out
+    assert f"hottest {hottest}: {int(load[hottest])}," in " ".join(out.split()).replace("│ ", "")
+    assert f"{float(load.max() / load.double().mean()):.2f}" in out
     assert "check_routing: OK" in out
     assert "Per-expert load" in out and "Load imbalance" in out and "Routed weights" in out
 
