@@ -58,6 +58,7 @@ EK_LOCAL = dict(num_local_experts=E, num_experts_per_tok=K)
 EK_ROUTED = dict(n_routed_experts=E, num_experts_per_tok=K)
 NORM = [{"norm_topk_prob": True}, {"norm_topk_prob": False}]
 DS3_VARIANTS = [
+    {},
     {"norm_topk_prob": True, "routed_scaling_factor": 2.5, **GROUPS},
     {"norm_topk_prob": False, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1},
     {"norm_topk_prob": True, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1},
@@ -117,7 +118,8 @@ CASES = [
     _c("granitemoe_swa", "granitemoe_swa", "GraniteMoeSWAConfig", "GraniteMoeSWATopKRouter", {**HEADS, **EK_LOCAL}),
     _c("granitemoehybrid", "granitemoehybrid", "GraniteMoeHybridConfig", "GraniteMoeHybridTopKRouter",
        {**HEADS, **EK_LOCAL, "mamba_n_heads": 8, "mamba_d_head": 8}),
-    _c("jetmoe", "jetmoe", "JetMoeConfig", "JetMoeTopKGating", {**HEADS, **EK_LOCAL}, call="jetmoe", gate="layer.weight"),
+    _c("jetmoe", "jetmoe", "JetMoeConfig", "JetMoeTopKGating", {**HEADS, **EK_LOCAL}, call="jetmoe",
+       gate="layer.weight"),
     _c("gpt_oss", "gpt_oss", "GptOssConfig", "GptOssTopKRouter", {**HEADS, **EK_LOCAL}, gate_bias="bias"),
     _c("openai_privacy_filter", "openai_privacy_filter", "OpenAIPrivacyFilterConfig", "OpenAIPrivacyFilterTopKRouter",
        {**HEADS, **EK_LOCAL}, gate_bias="bias", factor="num_experts_per_tok"),
@@ -325,7 +327,8 @@ def _selection_keys(logits: torch.Tensor, rc, bias) -> torch.Tensor:
         gscore = grouped.topk(2, dim=2).values.sum(2) if rc.group_score == "top2_sum" else grouped.amax(2)
         kept = torch.zeros_like(gscore, dtype=torch.bool).scatter_(1, gscore.topk(rc.topk_group, dim=1).indices, True)
         kept = kept.repeat_interleave(rc.group_size, dim=1)
-        key = torch.where(kept, key, torch.zeros_like(key) if rc.group_fill == "zero" else torch.full_like(key, -math.inf))
+        fill = torch.zeros_like(key) if rc.group_fill == "zero" else torch.full_like(key, -math.inf)
+        key = torch.where(kept, key, fill)
     return key
 
 
@@ -351,7 +354,7 @@ def test_routing_matches_model_router(case: Case, variant: int):
         key = _selection_keys(logits, rc, bias)
         top = key.topk(rc.top_k + 1, dim=1).values
         live = top[:, rc.top_k - 1] != top[:, rc.top_k]
-        assert live.float().mean() > 0.5, f"{case.id}: too many tied rows for a meaningful comparison"
+        assert live.float().mean() > 0.25, f"{case.id}: too many tied rows for a meaningful comparison"
         tied = key[~live]
         torch.testing.assert_close(tied.gather(1, ours_ids[~live]).sort(1).values,
                                    tied.gather(1, theirs_ids[~live]).sort(1).values, atol=0, rtol=0)
@@ -490,7 +493,8 @@ def test_layer_types_derive_like_the_config_class(model_type, kwargs):
 @pytest.mark.parametrize(
     "cfg,expected",
     [
-        ({"model_type": "deepseek_v3", "num_hidden_layers": 5, "first_k_dense_replace": 3}, ["dense"] * 3 + ["moe"] * 2),
+        ({"model_type": "deepseek_v3", "num_hidden_layers": 5, "first_k_dense_replace": 3},
+         ["dense"] * 3 + ["moe"] * 2),
         ({"model_type": "qwen3_moe", "num_hidden_layers": 4, "decoder_sparse_step": 2}, ["dense", "moe"] * 2),
         ({"model_type": "qwen2_moe", "num_hidden_layers": 3, "mlp_only_layers": [1]}, ["moe", "dense", "moe"]),
         ({"model_type": "llama4", "text_config": {"num_hidden_layers": 4, "interleave_moe_layer_step": 2}},
@@ -511,3 +515,40 @@ def test_hash_layer_of_deepseek_v4_routes_by_hash():
     cfg = {"model_type": "deepseek_v4", "num_hidden_layers": 5}
     assert from_hf_config(cfg, layer=0).routing == "hash"
     assert from_hf_config(cfg, layer=4).routing == "topk"
+
+
+# -- aliases: every spelling of E and K, as transformers' config class reads it -----------------------------
+
+E_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k", "moe_top_k", "top_k_experts")
+
+
+def _outcome(config, layer):
+    try:
+        return from_hf_config(config, layer=layer)
+    except (ValueError, NotImplementedError) as e:
+        return type(e)
+
+
+ALIAS_CASES = [
+    pytest.param(case, keys, spelling, id=f"{case.id}-{spelling}")
+    for case in CASES if case.call not in ("dbrx", "jetmoe")
+    for keys in (E_KEYS, K_KEYS)
+    for spelling in keys
+    if any(k in case.kwargs for k in keys)
+]
+
+
+@pytest.mark.parametrize("case,keys,spelling", ALIAS_CASES)
+def test_every_spelling_reads_like_transformers(case, keys, spelling):
+    """Rename the case's E (or K) key to each spelling in use across families: transformers either takes it
+    (an alias) or silently keeps its default (a trap); a dict must give what the config class gives. (With two
+    spellings at once transformers differs by family; moegate then reads the canonical key.)"""
+    (key,) = [k for k in keys if k in case.kwargs]
+    value = case.kwargs[key]
+    value = [v - 1 for v in value] if isinstance(value, list) else value - 1
+    kw = {**{k: v for k, v in case.kwargs.items() if k != key}, spelling: value}
+    cls = getattr(transformers, case.config_cls)
+    model_type = case.model_type or cls.model_type
+    cfg = cls(**kw)
+    assert _outcome({"model_type": model_type, **kw}, case.layer) == _outcome(cfg, case.layer), kw

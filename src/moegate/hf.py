@@ -239,14 +239,15 @@ def _deepseek_v2(defaults: dict):
 
 
 def _ds3(E="n_routed_experts", K="num_experts_per_tok", E_default=256, K_default=8, groups=("n_group", "topk_group"),
-         group_defaults=(8, 4), norm="norm_topk_prob", rsf_default=2.5, shared="n_shared_experts",
-         shared_default=1, group_fill="exclude", block_rsf=False):
+         group_defaults=(8, 4), norm="norm_topk_prob", norm_default=True, rsf_default=2.5,
+         shared="n_shared_experts", shared_default=1, group_fill="exclude"):
     """DS3: sigmoid + correction bias, top2_sum groups, renorm if flag (+1e-20), x rsf."""
     def build(v):
         S = shared(v) if callable(shared) else _shared(v, shared, shared_default)
         return _biased(
             v, E=E, K=K, E_default=E_default, K_default=K_default, groups=groups, group_defaults=group_defaults,
-            group_fill=group_fill, norm=norm, rsf=v.get("routed_scaling_factor", rsf_default), shared=S,
+            group_fill=group_fill, norm=norm, norm_default=norm_default,
+            rsf=v.get("routed_scaling_factor", rsf_default), shared=S,
         )
     return build
 
@@ -517,7 +518,7 @@ FAMILIES: dict[str, _Family] = {
                            "scoring_func / topk_method are ignored by the model (always sigmoid + noaux_tc)"),
     "sarvam_mla": _Family("DS3", _ds3(E_default=128, group_defaults=(1, 1)),
                           {**_ROUTED, **_ROUTED_NE, "num_shared_experts": "n_shared_experts"}, _first_k_dense(1), 32),
-    "deepseek_v32": _Family("DS3", _ds3(), _ROUTED, _first_k_dense(3), 61),
+    "deepseek_v32": _Family("DS3", _ds3(), {**_ROUTED, "num_experts": "n_routed_experts"}, _first_k_dense(3), 61),
     "glm4_moe": _Family("DS3", _ds3(E_default=128, group_defaults=(1, 1), rsf_default=1.0), _ROUTED,
                         _first_k_dense(1), 46),
     "sarvam_moe": _Family("DS3", _ds3(E_default=128, K_default=6, group_defaults=(1, 1)),
@@ -526,10 +527,11 @@ FAMILIES: dict[str, _Family] = {
                              _ROUTED, _fixed_dense_prefix(1), 47),
     "glm4v_moe_text": _Family("DS3", _ds3(E_default=128, group_defaults=(1, 1), rsf_default=1.0), _ROUTED,
                               _first_k_dense(1), 46),
-    "glm_moe_dsa": _Family("DS3", _ds3(group_defaults=(1, 1)), _ROUTED, _first_k_dense(3), 78),
+    "glm_moe_dsa": _Family("DS3", _ds3(group_defaults=(1, 1)), {**_ROUTED, "num_experts": "n_routed_experts"},
+                           _first_k_dense(3), 78),
     "glm5_next_text": _Family("DS3", _ds3(E_default=288, group_defaults=(1, 1)), _ROUTED, _fixed_dense_prefix(3), 45),
-    "dots1": _Family("DS3", _ds3(E_default=None, K_default=None, group_defaults=(1, 1), rsf_default=1.0,
-                                 shared_default=0), _ROUTED, _first_k_dense(0), 62, ),
+    "dots1": _Family("DS3", _ds3(E_default=None, K_default=None, group_defaults=(1, 1), norm_default=False,
+                                 rsf_default=1.0, shared_default=0), _ROUTED, _first_k_dense(0), 62),
     "dots3_note_text": _Family("DS3", _ds3(group_defaults=(1, 1), rsf_default=1.0), _ROUTED,
                                _first_k_dense(1, "moe_layer_freq"), 46),
     "solar_open": _Family("DS3", _ds3(E_default=128, group_defaults=(1, 1), rsf_default=1.0), _ROUTED,
@@ -563,7 +565,8 @@ FAMILIES: dict[str, _Family] = {
                     _ds3(E_default=128, group_defaults=(None, None), group_fill="zero"), _ROUTED,
                     _first_k_dense(1, "moe_layer_freq"), 48),
     "mistral4": _Family("M4", _mistral4("norm_topk_prob"), _ROUTED, _first_k_dense(0), 36),
-    "mistral_large4_text": _Family("M4", _mistral4(True), _ROUTED, _first_k_dense(1), 72),
+    "mistral_large4_text": _Family("M4", _mistral4(True), {**_ROUTED, "num_experts": "n_routed_experts"},
+                                   _first_k_dense(1), 72),
     "deepseek_v4": _Family("SB", _deepseek_v4, {"num_local_experts": "n_routed_experts"}, _deepseek_v4_layers, 43,
                            "hash layers: ids = tid2eid[input_ids]; norm_topk_prob is ignored"),
     "inkling2_text": _Family("SB", _inkling2(384, 8), {**_ROUTED, "routed_scaling_factor": "route_scale"},
@@ -574,9 +577,9 @@ FAMILIES: dict[str, _Family] = {
     "minimax_m2": _Family("SB", _minimax_m2, _LOCAL, layers_default=62, note="bias lives on the block"),
     "minimax_m3_vl_text": _Family("SB", _minimax_m3, _LOCAL, _moe_layer_freq, 60,
                                   "the block multiplies by routed_scaling_factor"),
-    "step3p5": _Family("SB", _step3p7, {"num_local_experts": "n_routed_experts", "moe_num_experts": "n_routed_experts",
-                                        "moe_top_k": "num_experts_per_tok"}, _step3p7_layers, 45,
-                       "Step3p7's text model; the block multiplies by moe_router_scaling_factor"),
+    # Step3p7TextConfig lists num_local_experts as an alias, yet n_routed_experts keeps its default with it.
+    "step3p5": _Family("SB", _step3p7, {"moe_num_experts": "n_routed_experts", "moe_top_k": "num_experts_per_tok"},
+                       _step3p7_layers, 45, "Step3p7's text model; the block multiplies by moe_router_scaling_factor"),
     "hy_v3": _Family("SB", _hy_v3, _NUM_EXPERTS, _fixed_dense_prefix(1), 80, "bias lives on the block"),
     "afmoe": _Family("SB", _afmoe, {}, layers_default=32, note="bias lives on the block (expert_bias)"),
     "lfm2_moe": _Family("SB", _lfm2_moe, {}, layers_default=32, note="bias only with use_expert_bias"),
