@@ -255,17 +255,18 @@ def test_route_record_then_check(capsys, tmp_path):
 def test_check_lists_each_kind_of_violation(capsys, tmp_path):
     rec = RoutingRecorder(2, 6, 3, 16)
     rec.record(0, torch.tensor([[0, 1, 2], [3, 3, 4], [5, 16, 6], [-1, 7, 8], [-1, -1, -1]]))
-    rec.record(1, torch.tensor([[9, 10, 11]]))
+    rec.record(1, torch.tensor([[9, 10, 11], [-1, -1, -1], [12, 13, 14]]))
     path = tmp_path / "bad.safetensors"
     rec.save(path)
     code, out, _ = run_cli(capsys, "check", str(path))
     assert code == 1
-    assert "FAILED, 3 violation(s)" in out
+    assert "FAILED, 4 violation(s)" in out
     assert "row 1: an expert repeats" in out
     assert "row 2, column 1: id 16 is outside [0, 16)" in out
     assert "row 3: a padded row must be all -1" in out
+    assert "layer 1, row 2: a live row after the padded row 1" in out
     got = json.loads(run_cli(capsys, "check", str(path), "--json")[1])
-    assert got["violations"] == 3 and got["layers"][0]["padded_rows"] == 1 and got["layers"][1]["violations"] == 0
+    assert got["violations"] == 4 and got["layers"][0]["padded_rows"] == 1 and got["layers"][1]["violations"] == 1
 
 
 def test_check_width_must_be_top_k(capsys, tmp_path):

@@ -824,7 +824,7 @@ def _capture_metadata(path: str) -> dict:
 
 
 def _check_capture_rows(ids: torch.Tensor, num_experts: int, layer: int, found: _Found) -> None:
-    """ids [T, K] int64: each row all -1 (padding) or K distinct ids in [0, E)."""
+    """ids [T, K] int64: each row all -1 (padding) or K distinct ids in [0, E); padding only at the end."""
     is_pad = ids == -1  # [T, K]
     padded = is_pad.all(dim=1)  # [T]
     mixed = is_pad.any(dim=1) & ~padded  # [T]
@@ -833,6 +833,14 @@ def _check_capture_rows(ids: torch.Tensor, num_experts: int, layer: int, found: 
     out = ~padded.unsqueeze(1) & ~is_pad & ((ids < 0) | (ids >= num_experts))  # [T, K]
     found.add_each(torch.nonzero(out), lambda t, k: f"layer {layer}, row {t}, column {k}: id {int(ids[t, k])} "
                                                     f"is outside [0, {num_experts})")
+    live = ~is_pad.any(dim=1)  # [T]
+    if bool(padded.any()):
+        first_pad = int(torch.nonzero(padded)[0, 0])
+        later_live = torch.nonzero(live[first_pad:]).flatten()
+        if later_live.numel():
+            row = first_pad + int(later_live[0])
+            found.add(f"layer {layer}, row {row}: a live row after the padded row {first_pad}: padding must be the "
+                      "last rows of the batch (rows >= num_valid_tokens)")
     ordered = ids.sort(dim=1).values  # [T, K]
     dup = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] != -1)).any(dim=1) & ~padded  # [T]
     found.add_each(torch.nonzero(dup), lambda t: f"layer {layer}, row {t}: an expert repeats within the row: "
