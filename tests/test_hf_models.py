@@ -134,7 +134,7 @@ CASES = [
     _c("flint", "flint", "FlintConfig", "FlintTopKRouter", {**HEADS, **EK}, [{}, *NORM]),
     # DS2: softmax -> [max-score groups, filled with 0] -> top-k -> x rsf
     *[_c(name, module, cfg, router, {**HEADS, "n_routed_experts": E, "num_experts_per_tok": K},
-         [{"topk_method": "greedy", "routed_scaling_factor": 1.0},
+         [{}, {"topk_method": "greedy", "routed_scaling_factor": 1.0},
           {"topk_method": "greedy", "routed_scaling_factor": 16.0, "norm_topk_prob": True},
           {"topk_method": "group_limited_greedy", "routed_scaling_factor": 2.5, **GROUPS}])
       for name, module, cfg, router in [
@@ -173,10 +173,10 @@ CASES = [
          variants=[*DS3_VARIANTS, {"n_group": None, "topk_group": None}]),
     # M4: softmax, no bias, top2_sum groups filled with 0
     _c("mistral4", "mistral4", "Mistral4Config", "Mistral4TopkRouter", {**HEADS, **EK_ROUTED},
-       [{**GROUPS, "norm_topk_prob": True, "routed_scaling_factor": 2.0},
+       [{}, {**GROUPS, "norm_topk_prob": True, "routed_scaling_factor": 2.0},
         {"norm_topk_prob": False, "n_group": 1, "topk_group": 1}]),
     _c("mistral_large4", "mistral_large4", "MistralLarge4TextConfig", "MistralLarge4TextTopkRouter",
-       {**HEADS, **EK_ROUTED}, [{**GROUPS, "routed_scaling_factor": 2.0}, {"n_group": 1, "topk_group": 1}]),
+       {**HEADS, **EK_ROUTED}, [{}, {**GROUPS, "routed_scaling_factor": 2.0}, {"n_group": 1, "topk_group": 1}]),
     # SB: score -> + bias -> top-k -> gather -> renorm -> x scale
     _c("deepseek_v4", "deepseek_v4", "DeepseekV4Config", "DeepseekV4TopKRouter", {**HEADS, **EK_ROUTED},
        [{}, {"scoring_func": "sigmoid", "routed_scaling_factor": 1.0}], bias=BIAS),
@@ -552,3 +552,9 @@ def test_every_spelling_reads_like_transformers(case, keys, spelling):
     model_type = case.model_type or cls.model_type
     cfg = cls(**kw)
     assert _outcome({"model_type": model_type, **kw}, case.layer) == _outcome(cfg, case.layer), kw
+
+
+@pytest.mark.parametrize("cls", ["Glm46VConfig", "Lfm2VlConfig"])
+def test_wrapper_of_a_dense_text_model_is_a_value_error(cls):
+    with pytest.raises(ValueError, match="not a MoE family"):
+        from_hf_config(getattr(transformers, cls)())
