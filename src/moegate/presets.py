@@ -68,7 +68,7 @@ _PRESET_LIST = [
     # Kimi K2 / K2.5: DeepSeek-V3 modeling with 384 experts, no groups.
     _p("kimi-k2", "moonshotai/Kimi-K2-Instruct", **_KIMI_K2_TEXT),
     _p("kimi-k2.5", "moonshotai/Kimi-K2.5",
-       model_type="kimi_k25", text_config={**_KIMI_K2_TEXT, "model_type": "deepseek_v3"}),
+       model_type="kimi_k25", text_config=dict(_KIMI_K2_TEXT)),
     _p("kimi-linear", "moonshotai/Kimi-Linear-48B-A3B-Instruct",
        model_type="kimi_linear", hidden_size=2304, num_hidden_layers=27, moe_intermediate_size=1024,
        num_experts=256, num_experts_per_token=8, num_expert_group=1, topk_group=1, num_shared_experts=1,
@@ -136,12 +136,12 @@ _PRESET_LIST = [
     # ERNIE 4.5: softmax + bias on the probabilities, renorm clamped at moe_norm_min.
     _p("ernie-4.5", "baidu/ERNIE-4.5-300B-A47B-PT",
        model_type="ernie4_5_moe", hidden_size=8192, num_hidden_layers=54, moe_intermediate_size=3584,
-       moe_num_experts=64, moe_k=8, moe_num_shared_experts=0, moe_layer_start_index=3, moe_layer_interval=1,
-       moe_norm_min=1e-12),
+       moe_num_experts=64, moe_k=8, moe_num_shared_experts=0, moe_layer_start_index=3, moe_layer_end_index=53,
+       moe_layer_interval=1),
     _p("ernie-4.5-21b-a3b", "baidu/ERNIE-4.5-21B-A3B-PT",
        model_type="ernie4_5_moe", hidden_size=2560, num_hidden_layers=28, moe_intermediate_size=1536,
-       moe_num_experts=64, moe_k=6, moe_num_shared_experts=2, moe_layer_start_index=1, moe_layer_interval=1,
-       moe_norm_min=1e-12),
+       moe_num_experts=64, moe_k=6, moe_num_shared_experts=2, moe_layer_start_index=1, moe_layer_end_index=27,
+       moe_layer_interval=1),
     # LongCat-Flash: softmax over 512 real + 256 zero (identity) experts, bias, no renorm, x 6.
     _p("longcat-flash", "meituan-longcat/LongCat-Flash-Chat",
        model_type="longcat_flash", hidden_size=6144, num_layers=28, expert_ffn_hidden_size=2048,
