@@ -139,15 +139,22 @@ def check_routing(
 
     if config.renormalize and expert_scale is None:
         target = config.routed_scaling_factor if layout.scale == "in_weights" else 1.0
-        rw = w64[:, :K] / target
-        norm = rw.pow(config.renorm_p).sum(dim=1).pow(1.0 / config.renorm_p)
-        # eps pulls the norm below 1 by eps / (raw + eps); forgive that for raw norms down to 1e-3. A row
-        # whose selected scores are all 0 (all-NaN logits) normalises to 0 / (0 + eps) = 0.
-        slack = config.renorm_eps / (config.renorm_eps + 1e-3)
-        off = live & (norm != 0) & ((norm > 1.0 + 1e-5) | (norm < 1.0 - 1e-5 - slack))
-        for t in torch.nonzero(off).flatten().tolist():
-            add(t, -1, "renormalize", f"routed weights must sum to {target:.6g} (norm p={config.renorm_p}), "
-                f"got {float(norm[t]) * target:.8g}")
+        norm = _norm(w64[:, :K] / target, config.renorm_p)
+        if logits is None or (config.routing == "hash" and hash_table is None):
+            # The raw sum is unknown, and eps pulls the norm below 1 by eps / (raw + eps): flag a row only
+            # when its raw sum would have to be below 1e-3. A row whose selected scores are all 0 (all-NaN
+            # logits) normalises to 0.
+            slack = config.renorm_eps / (config.renorm_eps + 1e-3)
+            off = (norm != 0) & ((norm > 1.0 + 1e-5) | (norm < 1.0 - 1e-5 - slack))
+            want = torch.ones_like(norm)
+        else:
+            # With logits the norm this row must have, eps included, is the reference's.
+            ref_w, _ = _reference(logits, bias, token_ids, hash_table, expert_scale, config, layout)
+            want = _norm(ref_w[:, :K] / target, config.renorm_p)
+            off = (norm - want).abs() > 1e-5 * want.clamp(min=1.0)
+        for t in torch.nonzero(live & off).flatten().tolist():
+            add(t, -1, "renormalize", f"routed weights must sum to {float(want[t]) * target:.8g} "
+                f"(norm p={config.renorm_p}), got {float(norm[t]) * target:.8g}")
 
     if config.routing == "hash" and token_ids is not None and hash_table is not None:
         expected = hash_table.detach().cpu().long()[token_ids.detach().cpu().long().clamp(min=0)]
@@ -174,19 +181,12 @@ def _shared_expectation(config: RouterConfig, layout: ExpertLayout, home_rank: i
 def _check_against_reference(found, add, logits, bias, token_ids, hash_table, expert_scale, config, layout, live,
                              logical, w64, rtol, atol) -> None:
     """Selection and weights against the fp64 reference, near-ties forgiven."""
-    logits = logits.detach().cpu()
-    bias_c = None if bias is None else bias.detach().cpu()
-    scale_c = None if expert_scale is None else expert_scale.detach().cpu()
-    K = config.top_k
-    ref_w, ref_ids = route_reference(
-        logits, config, ExpertLayout(scale=layout.scale), bias=bias_c,
-        token_ids=None if token_ids is None else token_ids.detach().cpu(),
-        hash_table=None if hash_table is None else hash_table.detach().cpu(),
-        expert_scale=scale_c, dtype=torch.float64,
-    )
     if config.routing == "hash" and hash_table is None:
         return
-    _, key = scores_and_keys(logits, config, bias_c, torch.float64)  # [T, W]
+    K = config.top_k
+    ref_w, ref_ids = _reference(logits, bias, token_ids, hash_table, expert_scale, config, layout)
+    bias_c = None if bias is None else bias.detach().cpu()
+    _, key = scores_and_keys(logits.detach().cpu(), config, bias_c, torch.float64)  # [T, W]
     ref_ids = ref_ids[:, :K].long()
     for t in torch.nonzero(live).flatten().tolist():
         got, want = logical[t], ref_ids[t]
@@ -205,6 +205,23 @@ def _check_against_reference(found, add, logits, bias, token_ids, hash_table, ex
             expected = by_id_ref[e]
             if abs(float(w64[t, col]) - expected) > atol + rtol * abs(expected):
                 add(t, col, "weight value", f"expert {e}: weight {float(w64[t, col]):.8g}, reference {expected:.8g}")
+
+
+def _norm(w: torch.Tensor, p: float) -> torch.Tensor:
+    return w.sum(dim=1) if p == 1.0 else w.pow(p).sum(dim=1).pow(1.0 / p)
+
+
+def _reference(logits, bias, token_ids, hash_table, expert_scale, config, layout):
+    """The fp64 reference routing of these inputs without fusion: (weights [T, K], logical ids [T, K])."""
+    def host(t):
+        return None if t is None else t.detach().cpu()
+
+    if config.routing == "hash" and hash_table is None:
+        raise ValueError("check_routing: hash routing with logits also needs token_ids and hash_table")
+    return route_reference(
+        host(logits), config, ExpertLayout(scale=layout.scale), bias=host(bias), token_ids=host(token_ids),
+        hash_table=host(hash_table), expert_scale=host(expert_scale), dtype=torch.float64,
+    )
 
 
 def _finish(found: list[Violation], strict: bool) -> list[Violation]:
