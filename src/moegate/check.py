@@ -76,7 +76,7 @@ def check_routing(
     Checks, for each live row: exactly K distinct routed experts inside the layout's id space; S shared
     columns with the right ids and weight (1, or 1/rsf with scale="on_output"); finite weights >= 0;
     with renormalize, routed weights summing to 1 (rsf when folded); padded rows all -1 / 0. Given
-    ``logits`` (and ``bias``, ...), it also recomputes the selection with the reference: the same experts
+    ``logits`` (and ``bias``, ...), it also recomputes the selection with the fp32 reference: the same experts
     (up to near-ties within ``rtol``) and the same weights (``rtol``/``atol``). With hash routing and
     ``token_ids``/``hash_table`` it checks the ids against the table.
 
@@ -180,13 +180,13 @@ def _shared_expectation(config: RouterConfig, layout: ExpertLayout, home_rank: i
 
 def _check_against_reference(found, add, logits, bias, token_ids, hash_table, expert_scale, config, layout, live,
                              logical, w64, rtol, atol) -> None:
-    """Selection and weights against the fp64 reference, near-ties forgiven."""
+    """Selection and weights against the fp32 reference, near-ties forgiven."""
     if config.routing == "hash" and hash_table is None:
         return
     K = config.top_k
     ref_w, ref_ids = _reference(logits, bias, token_ids, hash_table, expert_scale, config, layout)
     bias_c = None if bias is None else bias.detach().cpu()
-    _, key = scores_and_keys(logits.detach().cpu(), config, bias_c, torch.float64)  # [T, W]
+    _, key = scores_and_keys(logits.detach().cpu(), config, bias_c)  # [T, W]
     ref_ids = ref_ids[:, :K].long()
     for t in torch.nonzero(live).flatten().tolist():
         got, want = logical[t], ref_ids[t]
@@ -212,7 +212,10 @@ def _norm(w: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def _reference(logits, bias, token_ids, hash_table, expert_scale, config, layout):
-    """The fp64 reference routing of these inputs without fusion: (weights [T, K], logical ids [T, K])."""
+    """The reference routing of these inputs without fusion: (weights [T, K], logical ids [T, K]).
+
+    fp32, as the contract computes: at fp32 ties (a saturated softcap, say) fp64 would rank differently.
+    """
     def host(t):
         return None if t is None else t.detach().cpu()
 
@@ -220,7 +223,7 @@ def _reference(logits, bias, token_ids, hash_table, expert_scale, config, layout
         raise ValueError("check_routing: hash routing with logits also needs token_ids and hash_table")
     return route_reference(
         host(logits), config, ExpertLayout(scale=layout.scale), bias=host(bias), token_ids=host(token_ids),
-        hash_table=host(hash_table), expert_scale=host(expert_scale), dtype=torch.float64,
+        hash_table=host(hash_table), expert_scale=host(expert_scale),
     )
 
 
