@@ -32,7 +32,7 @@ from moegate.config import RouterConfig
 from moegate.hf import from_hf_config
 from moegate.layout import SCALE_MODES, SHARED_SLOTS, ExpertLayout
 from moegate.presets import DEFAULT_PRESET, preset, preset_names
-from moegate.router import BACKENDS, route
+from moegate.router import BACKENDS, resolve_backend, route
 from moegate.synthetic import (
     synthetic_bias,
     synthetic_expert_scale,
@@ -274,19 +274,6 @@ def _device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise CliError(f"--device {name}: torch {torch.__version__} sees no CUDA device")
     return device
-
-
-def resolved_backend(backend: str, device: torch.device) -> str:
-    """The backend route() runs for ``backend`` on ``device`` ("auto": triton on CUDA with Triton)."""
-    if backend != "auto":
-        return backend
-    if device.type != "cuda":
-        return "reference"
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return "reference"
-    return "triton"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -533,7 +520,7 @@ def run_route(args) -> dict:
         "run": {
             "tokens": T, "valid_tokens": num_valid, "padded_tokens": T - num_valid,
             "dtype": str(file_logits.dtype if file_logits is not None else dtype).replace("torch.", ""),
-            "device": str(device), "backend": resolved_backend(args.backend, device), "logits": source,
+            "device": str(device), "backend": resolve_backend(args.backend, device), "logits": source,
             "seed": args.seed, "skew": args.skew if file_logits is None else None, "chunk_tokens": chunk,
             "seconds": seconds, **notes,
         },
@@ -964,7 +951,7 @@ def environment() -> dict:
         "matplotlib": version("matplotlib"),
         "cuda": torch.version.cuda if cuda else None,
         "gpus": gpus,
-        "auto_backend": resolved_backend("auto", device),
+        "auto_backend": resolve_backend("auto", device),
         "auto_backend_device": str(device),
     }
 

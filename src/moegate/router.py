@@ -134,8 +134,7 @@ def route(
         bias=bias, num_valid_tokens=num_valid_tokens, home_rank=home_rank, token_ids=token_ids,
         hash_table=hash_table, expert_scale=expert_scale, recorder=recorder, layer=layer, out=out,
     )
-    if backend == "auto":
-        backend = _auto_backend(logits.device)
+    backend = resolve_backend(backend, logits.device)
     if backend == "triton":
         from moegate.kernels.router import route_triton
 
@@ -143,7 +142,12 @@ def route(
     return RouteResult(*route_reference(logits, config, layout, **args))
 
 
-def _auto_backend(device: torch.device) -> str:
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """The backend ``route`` runs for ``backend`` on ``device``: "auto" is "triton" for CUDA tensors when
+    Triton is installed, else "reference"."""
+    _check_choice("backend", backend, BACKENDS)
+    if backend != "auto":
+        return backend
     if device.type != "cuda":
         return "reference"
     try:
