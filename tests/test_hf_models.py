@@ -505,6 +505,9 @@ def test_layer_types_derive_like_the_config_class(model_type, kwargs):
         ({"model_type": "deepseek_v4", "num_hidden_layers": 5}, ["hash"] * 3 + ["moe"] * 2),
         ({"model_type": "nemotron_h", "hybrid_override_pattern": "M*E-E"}, ["dense", "dense", "moe", "dense", "moe"]),
         ({"model_type": "gemma4_text", "num_hidden_layers": 2}, ["dense", "dense"]),
+        ({"model_type": "afmoe", "num_hidden_layers": 3}, ["dense", "moe", "moe"]),
+        ({"model_type": "lfm2_moe", "num_hidden_layers": 4, "num_dense_layers": 1}, ["dense", "moe", "moe", "moe"]),
+        ({"model_type": "lfm2_moe", "num_hidden_layers": 3}, ["dense", "dense", "moe"]),
     ],
 )
 def test_layer_types_from_legacy_keys(cfg, expected):
@@ -558,3 +561,57 @@ def test_every_spelling_reads_like_transformers(case, keys, spelling):
 def test_wrapper_of_a_dense_text_model_is_a_value_error(cls):
     with pytest.raises(ValueError, match="not a MoE family"):
         from_hf_config(getattr(transformers, cls)())
+
+
+# Families whose decoder layers cannot be built alone from the tiny router config (they need keys the router
+# does not, or have no `*DecoderLayer` class); their layer rules are covered by the tests above.
+NO_DECODER_LAYER = {"qwen4_exp", "hunyuan_v1_moe", "hunyuan_v1_moe_per_layer", "dbrx", "diffusion_gemma",
+                    "openai_privacy_filter", "deepseek_ocr2", "dots1", "nemotron_h", "lfm2_moe",
+                    "qwen3_omni_talker",  # reads shared_expert_intermediate_size, which its text config lacks
+                    "deepseek_v4_hash"}  # the same model as deepseek_v4, whose case checks the hash layers
+LAYER_MODEL_CASES = [pytest.param(c, id=c.id) for c in CASES if c.id not in NO_DECODER_LAYER]
+
+
+# Every legacy layer key at once, each off its default: a family reads the ones it knows and ignores the rest.
+LEGACY_LAYER_KEYS = dict(
+    first_k_dense_replace=2, moe_layer_freq=2, decoder_sparse_step=2, mlp_only_layers=[3],
+    interleave_moe_layer_step=2, expert_layer_period=3, expert_layer_offset=2, num_dense_layers=1,
+    moe_layer_start_index=2, moe_layer_end_index=4, moe_layer_interval=1, num_hash_layers=2,
+)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["defaults", "legacy_keys"])
+@pytest.mark.parametrize("case", LAYER_MODEL_CASES)
+def test_layer_types_match_the_models_decoder_layers(case, legacy):
+    """Build every decoder layer of a 6-layer model (on the meta device): a layer holds the family's router
+    exactly where moe_layer_types says "moe" (a DeepSeek-V4 hash layer holds the hash router)."""
+    mod = _modeling(case)
+    router = getattr(mod, case.router_cls)
+    hash_router = getattr(mod, "DeepseekV4HashRouter", None)
+    legacy_keys = dict(LEGACY_LAYER_KEYS) if legacy else {}
+    if legacy and case.id == "minimax_m3_vl":  # its moe_layer_freq is a per-layer list (an int is a TypeError)
+        legacy_keys["moe_layer_freq"] = [0, 1, 1, 0, 1, 1]
+    kwargs = {"num_hidden_layers": 6, **legacy_keys, **case.kwargs}
+    config_cls = getattr(transformers, case.config_cls)
+    cfg = config_cls(**kwargs)
+    expected = moe_layer_types(cfg)
+    layer_classes = [c for name, c in vars(mod).items()
+                     if isinstance(c, type) and name.endswith("DecoderLayer") and c.__module__ == mod.__name__]
+    found = []
+    with torch.device("meta"):
+        for cls in layer_classes:
+            try:
+                layers = [cls(cfg, i) for i in range(len(expected))]
+            except (TypeError, AttributeError, ValueError, KeyError):  # another sub-model's layer class
+                continue
+            kinds = []
+            for layer in layers:
+                mods = list(layer.modules())
+                if hash_router is not None and any(isinstance(m, hash_router) for m in mods):
+                    kinds.append("hash")
+                else:
+                    kinds.append("moe" if any(isinstance(m, router) for m in mods) else "dense")
+            found.append(kinds)
+    assert found, f"{case.id}: no decoder layer class could be built"
+    assert expected in found, f"{case.id}: moe_layer_types {expected}, the model's layers {found}"
+    assert moe_layer_types({"model_type": case.model_type or config_cls.model_type, **kwargs}) == expected

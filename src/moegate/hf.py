@@ -45,9 +45,6 @@ class _View:
     def __init__(self, cfg: dict, model_type: str, aliases: dict[str, str], layer: int | None):
         self.cfg, self.model_type, self.aliases, self.layer = cfg, model_type, aliases, layer
 
-    def has(self, key: str) -> bool:
-        return key in self.cfg or any(c == key and a in self.cfg for a, c in self.aliases.items())
-
     def raw(self, key: str, default=None):
         if key in self.cfg:
             return self.cfg[key]
@@ -376,10 +373,31 @@ def _fixed_dense_prefix(k: int):
     return rule
 
 
-def _qwen_sparse_step(v: _View, n: int) -> list[str]:
-    step = v.raw("decoder_sparse_step", 1) or 1
-    dense = set(v.raw("mlp_only_layers", None) or [])
-    return ["moe" if i not in dense and (i + 1) % step == 0 else "dense" for i in range(n)]
+def _num_dense_layers(default: int):
+    def rule(v: _View, n: int) -> list[str]:
+        k = v.raw("num_dense_layers", default)
+        k = default if k is None else k
+        return ["dense" if i < k else "moe" for i in range(n)]
+    return rule
+
+
+def _sparse_step(mlp_only_default: tuple[int, ...] = ()):
+    def rule(v: _View, n: int) -> list[str]:
+        step = v.raw("decoder_sparse_step", 1) or 1
+        dense = set(v.raw("mlp_only_layers", list(mlp_only_default)) or [])
+        return ["moe" if i not in dense and (i + 1) % step == 0 else "dense" for i in range(n)]
+    return rule
+
+
+_qwen_sparse_step = _sparse_step()
+
+
+def _longcat_layers(v: _View, n: int) -> list[str]:
+    # One MoE per decoder layer; num_hidden_layers counts its two attention sublayers (2 * num_layers).
+    layers = v.raw("num_layers")
+    if layers is None:
+        layers = n // 2
+    return ["moe"] * layers
 
 
 def _jamba_layers(v: _View, n: int) -> list[str]:
@@ -478,8 +496,9 @@ FAMILIES: dict[str, _Family] = {
                                  _qwen_sparse_step, 24),
     "qwen3_omni_moe_text": _Family("SM-F", _qwen_smf(128, 8, True, 0), {}, _qwen_sparse_step, 48,
                                    "the thinker's text model"),
+    # The talker's decoder layer replaces its MLP with the MoE block whatever decoder_sparse_step says.
     "qwen3_omni_moe_talker_text": _Family("SM-F", _qwen_smf(128, 8, False, 1, E="num_local_experts"), _LOCAL,
-                                          _qwen_sparse_step, 20,
+                                          _all_moe, 20,
                                           "shared expert gated by sigmoid(Linear(H, 1)) inside the shared expert"),
     "olmoe": _Family("SM-F", _qwen_smf(64, 8, False, 0), _NUM_EXPERTS, layers_default=16),
     "flex_olmo": _Family("SM-F", _qwen_smf(7, 5, False, 0), _NUM_EXPERTS, layers_default=32),
@@ -506,13 +525,13 @@ FAMILIES: dict[str, _Family] = {
     "openai_privacy_filter": _Family(
         "TK-SM", _topk_softmax("num_local_experts", "num_experts_per_tok", 128, 4), _LOCAL, layers_default=8,
         note="router divides by k, block multiplies by k: net factor 1; the gate's bias is part of the logits"),
-    "cohere2_moe": _Family("TK-SM / SG", _cohere2, layers_default=40,
+    "cohere2_moe": _Family("TK-SM / SG", _cohere2, {}, _first_k_dense(0), 40,
                            note="'average' shared combination: routed weights x 1/2, shared expert x 1/2 in the block"),
     "llama4_text": _Family("SG (top-k on logits, no renorm)", _llama4, {}, _llama4_layers, 48),
-    "flint": _Family("SG", _flint, {}, _qwen_sparse_step, 49),
+    "flint": _Family("SG", _flint, {}, _sparse_step((0, 1)), 49),
     "deepseek_v2": _Family("DS2", _deepseek_v2({"E": 64, "S": 2}), _ROUTED_NE, _first_k_dense(0), 32,
                            "norm_topk_prob is ignored by the model"),
-    "deepseek_ocr2_text": _Family("DS2", _deepseek_v2({"E": 64, "S": 2}), _ROUTED_NE, layers_default=32),
+    "deepseek_ocr2_text": _Family("DS2", _deepseek_v2({"E": 64, "S": 2}), _ROUTED_NE, _first_k_dense(0), 32),
     "unlimited_ocr_text": _Family("DS2", _deepseek_v2({"E": 64, "K": 6, "S": 2}), _ROUTED_NE, _first_k_dense(1), 12),
     "deepseek_v3": _Family("DS3", _ds3(), _ROUTED, _first_k_dense(3), 61,
                            "scoring_func / topk_method are ignored by the model (always sigmoid + noaux_tc)"),
@@ -535,7 +554,7 @@ FAMILIES: dict[str, _Family] = {
     "dots3_note_text": _Family("DS3", _ds3(group_defaults=(1, 1), rsf_default=1.0), _ROUTED,
                                _first_k_dense(1, "moe_layer_freq"), 46),
     "solar_open": _Family("DS3", _ds3(E_default=128, group_defaults=(1, 1), rsf_default=1.0), _ROUTED,
-                          _first_k_dense(0), 48),
+                          _all_moe, 48, "every layer is MoE (first_k_dense_replace is not read)"),
     "mimo_v2_flash": _Family("DS3", _ds3(group_defaults=(1, 1), rsf_default=1.0, shared=None, shared_default=0),
                              _ROUTED, _fixed_dense_prefix(1), 48, "no shared experts"),
     "nemotron_h": _Family("DS3", _ds3(E_default=8, K_default=2, group_defaults=(1, 1), rsf_default=1.0,
@@ -581,8 +600,8 @@ FAMILIES: dict[str, _Family] = {
     "step3p5": _Family("SB", _step3p7, {"moe_num_experts": "n_routed_experts", "moe_top_k": "num_experts_per_tok"},
                        _step3p7_layers, 45, "Step3p7's text model; the block multiplies by moe_router_scaling_factor"),
     "hy_v3": _Family("SB", _hy_v3, _NUM_EXPERTS, _fixed_dense_prefix(1), 80, "bias lives on the block"),
-    "afmoe": _Family("SB", _afmoe, {}, layers_default=32, note="bias lives on the block (expert_bias)"),
-    "lfm2_moe": _Family("SB", _lfm2_moe, {}, layers_default=32, note="bias only with use_expert_bias"),
+    "afmoe": _Family("SB", _afmoe, {}, _num_dense_layers(1), 32, "bias lives on the block (expert_bias)"),
+    "lfm2_moe": _Family("SB", _lfm2_moe, {}, _num_dense_layers(2), 32, "bias only with use_expert_bias"),
     "laguna": _Family("SB + softcap", _laguna, {}, _fixed_dense_prefix(1), 40,
                       "the block multiplies by moe_routed_scaling_factor"),
     "kolibri1": _Family("Kolibri1 (top-k on logits + bias)", _kolibri1, _LOCAL, layers_default=50),
@@ -592,7 +611,8 @@ FAMILIES: dict[str, _Family] = {
                                     {"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"},
                                     _fixed_dense_prefix(1), 28, "text and vision experts share E and K"),
     "longcat_flash": _Family("SMB (zero experts)", _longcat, {"num_local_experts": "n_routed_experts",
-                                                              "num_experts_per_tok": "moe_topk"}, layers_default=28),
+                                                              "num_experts_per_tok": "moe_topk"},
+                              _longcat_layers, 56),
     "gemma4_text": _Family("SM-R + per-expert scale", _gemma4, {}, _gemma4_layers, 30,
                            note="runs in parallel with the dense MLP; gate input is RMSNorm(h) * scale / sqrt(H)"),
     "diffusion_gemma_text": _Family("SM-R + per-expert scale", _gemma4, {}, _gemma4_layers, 30),
