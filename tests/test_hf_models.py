@@ -47,6 +47,7 @@ class Case:
     factor: object = None  # the block's factor on the routed output: a float, a config key, or a callable
     model_type: str | None = None  # the model_type of a dict with the same keys, if not config_cls.model_type
     layer: int | None = None  # the decoder layer (per-layer values, hash layers)
+    layer_kwargs: dict = field(default_factory=dict)  # extra config keys a whole decoder layer needs
 
 
 def _c(id, module, config_cls, router_cls, kwargs, variants=None, **kw):
@@ -93,10 +94,11 @@ CASES = [
     _c("lara_mini", "lara_mini", "LaraMiniConfig", "LaraMiniTopKRouter", {**HEADS, **EK}, [{}, *NORM]),
     _c("jamba", "jamba", "JambaConfig", "JambaTopKRouter", {**HEADS, **EK}),
     _c("hunyuan_v1_moe", "hunyuan_v1_moe", "HunYuanMoEV1Config", "HunYuanMoEV1Gate",
-       {**HEADS, "num_experts": E, "moe_topk": K}, call="layer", layer=0, gate="wg.weight"),
+       {**HEADS, "num_experts": E, "moe_topk": K}, call="layer", layer=0, gate="wg.weight",
+       layer_kwargs={"head_dim": 8}),
     _c("hunyuan_v1_moe_per_layer", "hunyuan_v1_moe", "HunYuanMoEV1Config", "HunYuanMoEV1Gate",
        {**HEADS, "num_experts": E, "moe_topk": [K, 2, 3], "num_hidden_layers": 3}, call="layer",
-       layer=1, gate="wg.weight"),
+       layer=1, gate="wg.weight", layer_kwargs={"head_dim": 8}),
     _c("dbrx", "dbrx", "DbrxConfig", "DbrxFFN",
        {"d_model": H, "n_heads": 4, "ffn_config": {"moe_num_experts": E, "moe_top_k": K, "ffn_hidden_size": 8}},
        [{}, {"ffn_config": {"moe_num_experts": E, "moe_top_k": K, "ffn_hidden_size": 8,
@@ -151,7 +153,7 @@ CASES = [
     _ds3("glm4v_moe", "glm4v_moe", "Glm4vMoeTextConfig", "Glm4vMoeTextTopkRouter"),
     _ds3("glm_moe_dsa", "glm_moe_dsa", "GlmMoeDsaConfig", "GlmMoeDsaTopkRouter"),
     _ds3("glm5_next", "glm5_next", "Glm5NextTextConfig", "Glm5NextTextTopkRouter"),
-    _ds3("dots1", "dots1", "Dots1Config", "Dots1TopkRouter"),
+    _ds3("dots1", "dots1", "Dots1Config", "Dots1TopkRouter", layer_kwargs={"n_shared_experts": 1}),
     _ds3("dots3_note", "dots3_note", "Dots3NoteTextConfig", "Dots3NoteTextTopkRouter"),
     _ds3("solar_open", "solar_open", "SolarOpenConfig", "SolarOpenTopkRouter"),
     _ds3("mimo_v2_flash", "mimo_v2_flash", "MiMoV2FlashConfig", "MiMoV2FlashTopkRouter"),
@@ -198,7 +200,8 @@ CASES = [
     _c("afmoe", "afmoe", "AfmoeConfig", "AfmoeTokenChoiceRouter", {**HEADS, **EK}, [{}, {"route_scale": 2.5}],
        bias="arg", call="3d", gate="gate.weight"),
     _c("lfm2_moe", "lfm2_moe", "Lfm2MoeConfig", "Lfm2MoeTopKRouter", {**HEADS, **EK},
-       [{}, {"norm_topk_prob": False, "routed_scaling_factor": 2.0}, {"use_expert_bias": False}], bias="arg"),
+       [{}, {"norm_topk_prob": False, "routed_scaling_factor": 2.0}, {"use_expert_bias": False}], bias="arg",
+       layer_kwargs={"layer_types": ["conv", "full_attention"] * 3}),
     _c("laguna", "laguna", "LagunaConfig", "LagunaTopKRouter", {**HEADS, **EK},
        [{}, {"moe_router_logit_softcapping": 1.5, "moe_routed_scaling_factor": 2.5}], bias=BIAS,
        factor="moe_routed_scaling_factor"),
@@ -565,8 +568,7 @@ def test_wrapper_of_a_dense_text_model_is_a_value_error(cls):
 
 # Families whose decoder layers cannot be built alone from the tiny router config (they need keys the router
 # does not, or have no `*DecoderLayer` class); their layer rules are covered by the tests above.
-NO_DECODER_LAYER = {"qwen4_exp", "hunyuan_v1_moe", "hunyuan_v1_moe_per_layer", "dbrx", "diffusion_gemma",
-                    "openai_privacy_filter", "deepseek_ocr2", "dots1", "nemotron_h", "lfm2_moe",
+NO_DECODER_LAYER = {"qwen4_exp", "dbrx", "diffusion_gemma", "openai_privacy_filter", "deepseek_ocr2", "nemotron_h",
                     "qwen3_omni_talker",  # reads shared_expert_intermediate_size, which its text config lacks
                     "deepseek_v4_hash"}  # the same model as deepseek_v4, whose case checks the hash layers
 LAYER_MODEL_CASES = [pytest.param(c, id=c.id) for c in CASES if c.id not in NO_DECODER_LAYER]
@@ -591,7 +593,7 @@ def test_layer_types_match_the_models_decoder_layers(case, legacy):
     legacy_keys = dict(LEGACY_LAYER_KEYS) if legacy else {}
     if legacy and case.id == "minimax_m3_vl":  # its moe_layer_freq is a per-layer list (an int is a TypeError)
         legacy_keys["moe_layer_freq"] = [0, 1, 1, 0, 1, 1]
-    kwargs = {"num_hidden_layers": 6, **legacy_keys, **case.kwargs}
+    kwargs = {"num_hidden_layers": 6, **legacy_keys, **case.kwargs, **case.layer_kwargs}
     config_cls = getattr(transformers, case.config_cls)
     cfg = config_cls(**kwargs)
     expected = moe_layer_types(cfg)
