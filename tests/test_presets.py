@@ -34,6 +34,7 @@ def test_preset_round_trips_through_a_json_file(name, tmp_path):
     path.write_text(json.dumps(raw))
     assert from_hf_config(path) == config
     assert from_hf_config(str(path)) == config
+    assert from_hf_config(tmp_path) == config  # the model folder
     assert preset_source(name).count("/") == 1
 
 

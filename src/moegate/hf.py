@@ -31,7 +31,10 @@ def _as_dict(config) -> dict:
     if isinstance(config, dict):
         return config
     if isinstance(config, (str, Path)):
-        return json.loads(Path(config).read_text())
+        path = Path(config)
+        if path.is_dir():  # a model folder
+            path = path / "config.json"
+        return json.loads(path.read_text())
     if hasattr(config, "to_dict"):
         return config.to_dict()
     raise TypeError(
@@ -698,7 +701,7 @@ def from_hf_config(config, *, layer: int | None = None) -> RouterConfig:
 
     Parameters
     ----------
-    config : dict, str / Path to a config.json, or a transformers ``PretrainedConfig``
+    config : dict, str / Path to a config.json (or to the model folder holding it), or a ``PretrainedConfig``
         The model's config. Multimodal wrappers are unwrapped to their ``text_config`` (Qwen3-Omni: the
         thinker's text model). Keys the config omits take the defaults of the model's transformers config
         class; only the aliases transformers accepts are read (a wrong alias keeps the default, as it does
