@@ -18,7 +18,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from moegate import ExpertLayout, ExpertPlacement, RouterConfig, RoutingRecorder, route  # noqa: E402
-from moegate.reference import route_reference, scores_and_keys  # noqa: E402
+from moegate.reference import scores_and_keys  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cuda" if HAS_CUDA else "cpu"
@@ -261,6 +261,24 @@ def test_exclude_never_selects_a_dropped_group_even_below_neg_inf():
     assert (got.ids < 16).all()
 
 
+def test_wide_key_ranges_take_the_exact_path():
+    """Keys more than a binade or so below the row's best (softmax over spread logits, keys of both signs)
+    overflow the fast path's 32-bit distance; those rows must still route exactly like the reference."""
+    E = 32 if not FULL else 256
+    g = torch.Generator().manual_seed(7)
+    order = torch.rand(37, E, generator=g).argsort(dim=1).float()
+    for config, logits in (
+        (RouterConfig(E, 6), order * 3.0),  # softmax: top-6 span e**-15, ~22 binades
+        (RouterConfig(E, 6, selection="logits", scoring="sigmoid"), (order - E / 2) / 8),  # keys around 0
+        (RouterConfig(E, 6, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2,
+                      group_fill="zero"), (order - E / 2) / 8),
+    ):
+        kw = extras(config, 37)
+        if "bias" in kw:
+            kw["bias"] = kw["bias"] - 0.6  # negative keys: zero-filled groups compete at 0.0
+        run_both(logits.to(DEVICE), config, near_ties=config.has_correction_bias, **kw)
+
+
 @pytest.mark.parametrize("as_tensor", [False, True])
 def test_padding_rows(as_tensor):
     config = RouterConfig(32, 4, scoring="sigmoid", has_correction_bias=True, num_shared_experts=2)
@@ -282,7 +300,7 @@ def test_recorder_matches_reference(dtype):
         recs = [RoutingRecorder(2, 40, 4, 32, dtype=dtype, device=DEVICE) for _ in range(2)]
         for r in recs:
             r.ids.fill_(-7)
-        for rec, backend in zip(recs, ("triton", "reference")):
+        for rec, backend in zip(recs, ("triton", "reference"), strict=True):
             route(logits, config, layout, backend=backend, recorder=rec, layer=1, num_valid_tokens=min(T, 3))
         assert torch.equal(recs[0].ids, recs[1].ids)
         assert torch.equal(recs[0].num_tokens, recs[1].num_tokens)

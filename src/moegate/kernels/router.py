@@ -7,7 +7,7 @@ calls after validating its arguments.
 """
 
 import os
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 import triton
@@ -25,7 +25,7 @@ MAX_REPLICAS = 64  # the home_rank policy unrolls over the replicas of an expert
 MAX_PACKED_ID = 32767  # packed words hold id << 16 in an int32
 
 # (block_m, num_warps) forced by the benchmark's sweep; None means the heuristic below.
-launch_override: Optional[tuple[int, int]] = None
+launch_override: tuple[int, int] | None = None
 
 
 class _Spec(NamedTuple):
@@ -81,13 +81,12 @@ def _launch_shape(num_tokens: int, tile: int) -> tuple[int, int]:
     if launch_override is not None:
         return launch_override
     if tile <= 1024:
-        num_warps = 1 if tile <= 512 else 2
-        block_m = max(1, min(8, 1024 // tile))
+        block_m = max(1, min(64, 512 // tile))
         # Small batches: fewer rows per program, more programs in flight (latency, not throughput).
-        while block_m > 1 and triton.cdiv(num_tokens, block_m) < 264:
+        while block_m > 1 and triton.cdiv(num_tokens, block_m) < 1056:
             block_m //= 2
-        return block_m, num_warps
-    return 1, min(16, tile // 256)
+        return block_m, 1
+    return 1, min(16, tile // 512)
 
 
 def _launch(
@@ -127,7 +126,7 @@ def _launch(
         REPLICA_POLICY=spec.REPLICA_POLICY, SHARED_MODE=spec.SHARED_MODE, NUM_SHARED=spec.NUM_SHARED,
         SLOTS_PER_RANK=spec.SLOTS_PER_RANK, NUM_PHYSICAL=spec.NUM_PHYSICAL,
         VALID_FROM_PTR=num_valid is not None, HAS_RECORDER=rec_ids is not None, HAS_PACKED=packed is not None,
-        BLOCK_M=spec.block_m, BLOCK_G=block_g, BLOCK_GS=block_gs,
+        BLOCK_M=spec.block_m, BLOCK_W=block_g * block_gs, LANE_BITS=(block_g * block_gs).bit_length() - 1, BLOCK_G=block_g, BLOCK_GS=block_gs,
         BLOCK_KC=triton.next_power_of_2(spec.K + spec.C), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps,
     )
@@ -138,18 +137,18 @@ def _launch(
 )
 def _route_op(
     logits: torch.Tensor,
-    bias: Optional[torch.Tensor],
-    expert_scale: Optional[torch.Tensor],
-    num_valid: Optional[torch.Tensor],
-    token_ids: Optional[torch.Tensor],
-    hash_table: Optional[torch.Tensor],
-    l2p: Optional[torch.Tensor],
-    replica_count: Optional[torch.Tensor],
+    bias: torch.Tensor | None,
+    expert_scale: torch.Tensor | None,
+    num_valid: torch.Tensor | None,
+    token_ids: torch.Tensor | None,
+    hash_table: torch.Tensor | None,
+    l2p: torch.Tensor | None,
+    replica_count: torch.Tensor | None,
     weights: torch.Tensor,
     ids: torch.Tensor,
-    packed: Optional[torch.Tensor],
-    rec_ids: Optional[torch.Tensor],
-    rec_count: Optional[torch.Tensor],
+    packed: torch.Tensor | None,
+    rec_ids: torch.Tensor | None,
+    rec_count: torch.Tensor | None,
     spec: list[int],
     params: list[float],
 ) -> None:
@@ -223,16 +222,16 @@ def route_triton(
     config: RouterConfig,
     layout: ExpertLayout,
     *,
-    bias: Optional[torch.Tensor] = None,
+    bias: torch.Tensor | None = None,
     num_valid_tokens=None,
     home_rank: int = 0,
-    token_ids: Optional[torch.Tensor] = None,
-    hash_table: Optional[torch.Tensor] = None,
-    expert_scale: Optional[torch.Tensor] = None,
+    token_ids: torch.Tensor | None = None,
+    hash_table: torch.Tensor | None = None,
+    expert_scale: torch.Tensor | None = None,
     recorder=None,
     layer: int = 0,
-    out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
-    packed_out: Optional[torch.Tensor] = None,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    packed_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SPEC.md steps 1-12 in one Triton launch.
 

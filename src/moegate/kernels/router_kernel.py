@@ -40,6 +40,12 @@ INT64_MIN = tl.constexpr(-9223372036854775808)
 
 
 @triton.jit
+def _div(a, b):
+    """IEEE-rounded a / b (torch's division); div_rn does not broadcast, so b is spread over a's shape."""
+    return tl.div_rn(a, tl.zeros_like(a) + b)
+
+
+@triton.jit
 def _exp(x, ACCURATE: tl.constexpr):
     if ACCURATE:
         y = libdevice.exp(x)
@@ -74,7 +80,7 @@ def _tanh(y, ACCURATE: tl.constexpr):
 @triton.jit
 def _pow(x, p, ACCURATE: tl.constexpr):
     if ACCURATE:
-        y = libdevice.pow(x, p)
+        y = libdevice.pow(x, tl.zeros_like(x) + p)
     else:
         y = tl.where(x > 0, tl.exp2(p * tl.log2(tl.maximum(x, 1e-38))), 0.0)
     return y
@@ -85,7 +91,7 @@ def _prologue(x, logit_scale, softcap, HAS_SOFTCAP: tl.constexpr, ACCURATE: tl.c
     """Step 1 on fp32 values: scale, then the optional tanh softcap."""
     x = x * logit_scale
     if HAS_SOFTCAP:
-        x = softcap * _tanh(tl.div_rn(x, softcap), ACCURATE)
+        x = softcap * _tanh(_div(x, softcap), ACCURATE)
     return x
 
 
@@ -94,9 +100,9 @@ def _score(x, row_max, row_sum, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
     """Step 2 on fp32 logits whose dead entries (NaN, -inf) are already -inf: they all score 0."""
     if SCORING == 0:
         e = _exp(x - row_max, ACCURATE)
-        s = tl.where(row_sum > 0, tl.div_rn(e, row_sum), 0.0)
+        s = tl.where(row_sum > 0, _div(e, row_sum), 0.0)
     elif SCORING == 1:
-        s = tl.div_rn(tl.full(x.shape, 1.0, tl.float32), 1.0 + _exp(-x, ACCURATE))
+        s = _div(tl.full(x.shape, 1.0, tl.float32), 1.0 + _exp(-x, ACCURATE))
     else:
         softplus = tl.where(x > 20.0, x, _log1p(_exp(tl.minimum(x, 20.0), ACCURATE), ACCURATE))
         s = tl.sqrt_rn(softplus)
@@ -123,7 +129,7 @@ def _pack(key, low, ok):
     return (hi.to(tl.int64) << 32) | low
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_valid", "num_tokens", "home_rank"])
 def _route_kernel(
     logits_ptr, logits_row_stride, logits_col_stride,
     bias_ptr, bias_stride,
@@ -165,6 +171,8 @@ def _route_kernel(
     HAS_RECORDER: tl.constexpr,
     HAS_PACKED: tl.constexpr,
     BLOCK_M: tl.constexpr,  # rows per program
+    BLOCK_W: tl.constexpr,  # BLOCK_G * BLOCK_GS lanes per row
+    LANE_BITS: tl.constexpr,  # log2(BLOCK_W)
     BLOCK_G: tl.constexpr,  # >= N_GROUP, power of 2
     BLOCK_GS: tl.constexpr,  # >= GROUP_SIZE, power of 2
     BLOCK_KC: tl.constexpr,  # >= K + C, power of 2
@@ -188,26 +196,32 @@ def _route_kernel(
     row_max = tl.zeros([BLOCK_M], dtype=tl.float32)
     row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
     if (not HASH) or (SCORING == 0):
-        # The tile is [rows, groups, experts in group]; ungrouped configs have one group of W.
-        g = tl.arange(0, BLOCK_G)
-        j = tl.arange(0, BLOCK_GS)
-        col = g[:, None] * GROUP_SIZE + j[None, :]  # [BG, BGS] expert id
-        col_ok = ((g[:, None] < N_GROUP) & (j[None, :] < GROUP_SIZE))[None, :, :]  # [1, BG, BGS]
-        col3 = col[None, :, :]
+        # The tile is [rows, lanes]; lane = group * BLOCK_GS + position in the group, so a tl.reshape to
+        # [rows, groups, BLOCK_GS] lines the groups up. Lane order is expert order (ties by lane are ties
+        # by id). Reductions along the lanes stay mostly inside a thread: a 3-D tile put the 32 threads
+        # of a warp across each group and cost ~800 shuffles a row (SASS count, DeepSeek-V3 shape).
+        lane = tl.arange(0, BLOCK_W)
+        if (GROUP_SIZE == BLOCK_GS) or (N_GROUP == 1):
+            col = lane  # contiguous: the loads vectorise
+            col_ok = lane < N_GROUP * GROUP_SIZE
+        else:
+            col = (lane // BLOCK_GS) * GROUP_SIZE + lane % BLOCK_GS
+            col_ok = ((lane // BLOCK_GS) < N_GROUP) & ((lane % BLOCK_GS) < GROUP_SIZE)
+        col2 = col[None, :]
+        ok2 = col_ok[None, :]  # [1, BW]
         x = tl.load(
-            row_base[:, None, None] + col3.to(tl.int64) * logits_col_stride,
-            mask=row_ok[:, None, None] & col_ok,
+            row_base[:, None] + col2.to(tl.int64) * logits_col_stride,
+            mask=row_ok[:, None] & ok2,
             other=float("-inf"),
-        ).to(tl.float32)  # [BM, BG, BGS]
+        ).to(tl.float32)  # [BM, BW]
         x = _prologue(x, logit_scale, softcap, HAS_SOFTCAP, ACCURATE)
         # Step 3's NaN rule, after the softcap (tanh(-inf) is finite, tanh(NaN) is not).
-        dead = (x != x) | (x == float("-inf")) | (col_ok == 0)
+        dead = (x != x) | (x == float("-inf")) | (ok2 == 0)
         x = tl.where(dead, float("-inf"), x)
         if SCORING == 0:
-            row_max = tl.max(tl.max(x, axis=2), axis=1)  # [BM]
+            row_max = tl.max(x, axis=1)  # [BM]
             row_max = tl.where(row_max > float("-inf"), row_max, 0.0)
-            e = _exp(x - row_max[:, None, None], ACCURATE)
-            row_sum = tl.sum(tl.sum(e, axis=2), axis=1)  # [BM]
+            row_sum = tl.sum(_exp(x - row_max[:, None], ACCURATE), axis=1)  # [BM]
 
     if HASH:
         token = tl.load(token_ids_ptr + rows64 * token_ids_stride, mask=live, other=0).to(tl.int64)
@@ -220,23 +234,27 @@ def _route_kernel(
         if SELECT_LOGITS:
             key = x
         else:
-            key = _score(x, row_max[:, None, None], row_sum[:, None, None], SCORING, ACCURATE)
+            key = _score(x, row_max[:, None], row_sum[:, None], SCORING, ACCURATE)
         if HAS_BIAS:
-            b = tl.load(bias_ptr + col3.to(tl.int64) * bias_stride, mask=col_ok, other=0.0).to(tl.float32)
+            b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
             key = key + b
         key = tl.where(dead, float("-inf"), key)
         key = tl.where(key == 0.0, 0.0, key)  # -0.0 ties with +0.0, as in torch.sort
-        low = tl.where(col_ok, (-col3) + LOW_BASE, 0).to(tl.int64)  # padding lanes pack to INT64_MIN
-        packed = _pack(key, low, col_ok)  # [BM, BG, BGS]
+        hi = tl.where(ok2, _order_bits(key), INT32_MIN)  # [BM, BW] order-preserving key bits
+        inv = (-lane) + (BLOCK_W - 1)  # [BW] larger for lower lanes: ties go to the lower id
         if N_GROUP > 1:
-            # Step 4. The group score is read off the packed words: the top word, then the top word
-            # with that one removed, so top2_sum counts a repeated key twice like the reference.
-            top1 = tl.max(packed, axis=2)  # [BM, BG]
+            # Step 4 on exact 64-bit words (key, lane): the top word, then the top word with that one
+            # removed, so top2_sum counts a repeated key twice like the reference.
+            word = (hi.to(tl.int64) << 32) | inv[None, :].to(tl.int64)
+            word = tl.where(ok2, word, INT64_MIN)
+            word3 = tl.reshape(word, [BLOCK_M, BLOCK_G, BLOCK_GS])
+            top1 = tl.max(word3, axis=2)  # [BM, BG]
             if GROUP_MAX:
                 group_score = _key_of(top1)
             else:
-                top2 = tl.max(tl.where(packed == top1[:, :, None], INT64_MIN, packed), axis=2)
+                top2 = tl.max(tl.where(word3 == top1[:, :, None], INT64_MIN, word3), axis=2)
                 group_score = _key_of(top1) + _key_of(top2)
+            g = tl.arange(0, BLOCK_G)
             g_ok = (g < N_GROUP)[None, :]  # [1, BG]
             group_word = tl.where(
                 g_ok, (_order_bits(group_score).to(tl.int64) << 32) | ((-g) + LOW_BASE).to(tl.int64), INT64_MIN
@@ -248,23 +266,48 @@ def _route_kernel(
             else:
                 kept = tl.zeros([BLOCK_M, BLOCK_G], dtype=tl.int1)
                 for _ in tl.static_range(TOPK_GROUP):
-                    best = tl.max(group_word, axis=1)
-                    hit = group_word == best[:, None]
+                    best_group = tl.max(group_word, axis=1)
+                    hit = group_word == best_group[:, None]
                     kept = kept | hit
                     group_word = tl.where(hit, INT64_MIN, group_word)
                 kept = kept & g_ok
-            kept3 = kept[:, :, None]
+            kept_lanes = tl.reshape(
+                tl.broadcast_to(kept[:, :, None], [BLOCK_M, BLOCK_G, BLOCK_GS]), [BLOCK_M, BLOCK_W]
+            )
             if GROUP_ZERO:
-                packed = _pack(tl.where(kept3, key, 0.0), low, col_ok)
+                hi = tl.where(ok2, _order_bits(tl.where(kept_lanes, key, 0.0)), INT32_MIN)
             else:
-                packed = tl.where(kept3, packed, (tl.full(low.shape, INT32_MIN, tl.int64) << 32) | low)
-        # Step 5: one max per selected expert; the winner's word is unique (its id is in it).
+                hi = tl.where(kept_lanes, hi, INT32_MIN)  # below every kept key, -inf included
+
+        # Step 5, fast path: 32-bit words (distance below the row's best key, in ulps) << log2(BLOCK_W)
+        # | inverted lane, so one 32-bit max per round (the exact 64-bit word costs ~2x the instructions
+        # per round: SASS count). The distance is the difference of order-preserving key bits, exact up
+        # to 2**31 / BLOCK_W - 1 ulps (a binade for 256 lanes) and clamped to 0 beyond. A row whose K-th
+        # winner sits on the clamp (wide key range, -inf keys) takes the exact 64-bit path below.
+        span = (2147483648 // BLOCK_W) - 1
+        hi_max = tl.max(hi, axis=1)  # [BM]
+        base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)  # [BM]
+        dist_word = ((tl.maximum(hi, base[:, None]) - base[:, None]) << LANE_BITS) | inv[None, :]
+        # Excluded lanes sit below every allowed one (negative, still by lane); padding lanes lowest.
+        fast = tl.where(hi > INT32_MIN, dist_word, inv[None, :] - BLOCK_W)
+        fast = tl.where(ok2, fast, INT32_MIN)  # [BM, BW]
         ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
         for i in tl.static_range(K):
-            best = tl.max(tl.max(packed, axis=2), axis=1)  # [BM]
-            pick = -best.to(tl.int32) + LOW_BASE  # the low word; it is >= 0
-            ids_k = tl.where(kc[None, :] == i, pick[:, None], ids_k)
-            packed = tl.where(packed == best[:, None, None], INT64_MIN, packed)
+            best = tl.max(fast, axis=1)  # [BM]
+            ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None], ids_k)
+            fast = tl.where(fast == best[:, None], INT32_MIN, fast)
+        ambiguous = best < BLOCK_W  # the K-th winner's distance clamped to 0
+        if tl.max(ambiguous.to(tl.int32), axis=0) > 0:
+            # Exact path (wide key range, -inf among the winners): one 64-bit max per round.
+            word = (hi.to(tl.int64) << 32) | inv[None, :].to(tl.int64)
+            word = tl.where(ok2, word, INT64_MIN)
+            for i in tl.static_range(K):
+                best64 = tl.max(word, axis=1)  # [BM]
+                pick = (-best64.to(tl.int32)) + (BLOCK_W - 1)  # the low word is the inverted lane
+                ids_k = tl.where(kc[None, :] == i, pick[:, None], ids_k)
+                word = tl.where(word == best64[:, None], INT64_MIN, word)
+        if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
+            ids_k = (ids_k // BLOCK_GS) * GROUP_SIZE + ids_k % BLOCK_GS  # lane -> expert id
 
     # Step 6: the weights from the unbiased scores, recomputed from a gather of the winners' logits.
     xk = tl.load(
@@ -283,7 +326,7 @@ def _route_kernel(
             denom = tl.maximum(norm, renorm_eps)
         else:
             denom = norm + renorm_eps
-        w = tl.div_rn(w, denom.to(tl.float32)[:, None])
+        w = _div(w, denom.to(tl.float32)[:, None])
     if HAS_EXPERT_SCALE:
         scale = tl.load(expert_scale_ptr + ids_k.to(tl.int64) * expert_scale_stride, mask=gmask, other=1.0)
         w = w * scale.to(tl.float32)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One device call: the kernel test suite on the GPU, then the benchmark.
+#   scripts/gpu_check.sh [--sweep] [bench args...]
+# Logs and JSON go to $OUT (the device tool's output folder) or /tmp/moegate-gpu. SGLang's router is
+# looked for in .peers/ (carry it: carry [".peers"]). Exit status: the tests' status.
+set -uo pipefail
+out=${OUT:-/tmp/moegate-gpu}
+mkdir -p "$out"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+py=${PYTHON:-python3}
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+  "$py" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+} 2>&1 | tee "$out/env.txt"
+test_rc=0
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  start=$(date +%s)
+  "$py" -m pytest tests/test_kernel.py -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests.log" | tail -25
+  test_rc=${PIPESTATUS[0]}
+  echo "kernel tests: rc=$test_rc in $(( $(date +%s) - start )) s"
+fi
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  "$py" -m moegate.bench --json "$out/bench.json" "$@" 2>&1 | tee "$out/bench.log"
+fi
+exit "$test_rc"
