@@ -126,7 +126,8 @@ def _launch(
         REPLICA_POLICY=spec.REPLICA_POLICY, SHARED_MODE=spec.SHARED_MODE, NUM_SHARED=spec.NUM_SHARED,
         SLOTS_PER_RANK=spec.SLOTS_PER_RANK, NUM_PHYSICAL=spec.NUM_PHYSICAL,
         VALID_FROM_PTR=num_valid is not None, HAS_RECORDER=rec_ids is not None, HAS_PACKED=packed is not None,
-        BLOCK_M=spec.block_m, BLOCK_W=block_g * block_gs, LANE_BITS=(block_g * block_gs).bit_length() - 1, BLOCK_G=block_g, BLOCK_GS=block_gs,
+        BLOCK_M=spec.block_m, BLOCK_W=block_g * block_gs,
+        LANE_BITS=(block_g * block_gs).bit_length() - 1, BLOCK_G=block_g, BLOCK_GS=block_gs,
         BLOCK_KC=triton.next_power_of_2(spec.K + spec.C), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps,
     )
