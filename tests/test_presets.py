@@ -103,3 +103,20 @@ def test_presets_load_into_the_transformers_config_classes():
         model_type = raw.pop("model_type")
         cls = transformers.CONFIG_MAPPING[aliases.get(model_type, model_type)]
         assert from_hf_config(cls(**raw)) == preset(name), name
+
+
+# transformers' config classes default to one published checkpoint (their docstring names it); for these the
+# preset written from that checkpoint's config.json must route like the class defaults.
+CLASS_DEFAULT_CHECKPOINTS = {
+    "deepseek-v3": "deepseek_v3", "deepseek-v4": "deepseek_v4", "glm-5": "glm_moe_dsa", "glm-4.5-air": "glm4_moe",
+    "mimo-v2-flash": "mimo_v2_flash", "kimi-linear": "kimi_linear", "qwen3.5-moe": "qwen3_5_moe",
+    "qwen3-next": "qwen3_next", "qwen1.5-moe": "qwen2_moe", "longcat-flash": "longcat_flash",
+    "ernie-4.5-21b-a3b": "ernie4_5_moe", "olmoe": "olmoe", "jamba": "jamba", "llama4": "llama4", "gpt-oss": "gpt_oss",
+    "minimax-m2": "minimax_m2", "mixtral": "mixtral",
+}
+
+
+@pytest.mark.parametrize("name,model_type", sorted(CLASS_DEFAULT_CHECKPOINTS.items()))
+def test_preset_matches_the_checkpoint_transformers_defaults_to(name, model_type):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    assert preset(name) == from_hf_config(transformers.CONFIG_MAPPING[model_type]())
