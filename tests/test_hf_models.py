@@ -155,6 +155,11 @@ CASES = [
     _ds3("glm5_next", "glm5_next", "Glm5NextTextConfig", "Glm5NextTextTopkRouter"),
     _ds3("dots1", "dots1", "Dots1Config", "Dots1TopkRouter", layer_kwargs={"n_shared_experts": 1}),
     _ds3("dots3_note", "dots3_note", "Dots3NoteTextConfig", "Dots3NoteTextTopkRouter"),
+    *[_c(f"dots3_note_vision-block{layer}", "dots3_note", "Dots3NoteVisionConfig", "Dots3NoteVisionTopKRouter",
+         {"hidden_size": H, "num_attention_heads": 4, "adapter_in_dim": H, "num_hidden_layers": 3,
+          "pyramid_num_routed": [-1, E, 8], "num_experts_per_tok": K},
+         [{}, {"router_scaling_factor": 2.0}], call="per_layer_config", layer=layer, bias="arg")
+      for layer in (1, 2)],
     _ds3("solar_open", "solar_open", "SolarOpenConfig", "SolarOpenTopkRouter"),
     _ds3("mimo_v2_flash", "mimo_v2_flash", "MiMoV2FlashConfig", "MiMoV2FlashTopkRouter"),
     _ds3("nemotron_h", "nemotron_h", "NemotronHConfig", "NemotronHTopkRouter"),
@@ -265,6 +270,8 @@ def _run_model(case: Case, cfg, h: torch.Tensor, gen: torch.Generator):
         r = cls(cfg.hidden_size, cfg.num_local_experts, cfg.num_experts_per_tok)
     elif case.call == "layer":
         r = cls(cfg, layer_idx=case.layer)
+    elif case.call == "per_layer_config":
+        r = cls(cfg.per_layer_config[case.layer])
     else:
         r = cls(cfg)
     r = r.eval()
@@ -570,7 +577,8 @@ def test_wrapper_of_a_dense_text_model_is_a_value_error(cls):
 # does not, or have no `*DecoderLayer` class); their layer rules are covered by the tests above.
 NO_DECODER_LAYER = {"qwen4_exp", "dbrx", "diffusion_gemma", "openai_privacy_filter", "deepseek_ocr2", "nemotron_h",
                     "qwen3_omni_talker",  # reads shared_expert_intermediate_size, which its text config lacks
-                    "deepseek_v4_hash"}  # the same model as deepseek_v4, whose case checks the hash layers
+                    "deepseek_v4_hash",  # the same model as deepseek_v4, whose case checks the hash layers
+                    "dots3_note_vision-block1", "dots3_note_vision-block2"}  # vision blocks, not decoder layers
 LAYER_MODEL_CASES = [pytest.param(c, id=c.id) for c in CASES if c.id not in NO_DECODER_LAYER]
 
 
@@ -617,3 +625,18 @@ def test_layer_types_match_the_models_decoder_layers(case, legacy):
     assert found, f"{case.id}: no decoder layer class could be built"
     assert expected in found, f"{case.id}: moe_layer_types {expected}, the model's layers {found}"
     assert moe_layer_types({"model_type": case.model_type or config_cls.model_type, **kwargs}) == expected
+
+
+def test_dots3_vision_blocks_need_a_layer():
+    cfg = transformers.Dots3NoteVisionConfig()  # the published pyramid: 25 dense blocks, then 4, 8, ... 64 experts
+    kinds = moe_layer_types(cfg)
+    assert kinds == ["dense"] * 25 + ["moe"] * 17
+    with pytest.raises(ValueError, match="pass layer="):
+        from_hf_config(cfg)
+    with pytest.raises(ValueError, match="no routed experts"):
+        from_hf_config(cfg, layer=0)
+    assert [from_hf_config(cfg, layer=i).num_experts for i in (25, 26, 41)] == [4, 8, 64]
+    saved = json.loads(json.dumps(cfg.to_dict()))  # per_layer_config keeps only the blocks that differ
+    assert [from_hf_config(saved, layer=i) for i in range(25, 42)] == [from_hf_config(cfg, layer=i)
+                                                                      for i in range(25, 42)]
+    assert from_hf_config({"model_type": "dots3_note_vision_encoder"}, layer=41) == from_hf_config(cfg, layer=41)

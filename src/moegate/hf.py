@@ -345,6 +345,44 @@ def _longcat(v):
     )
 
 
+_DOTS3_VISION_PYRAMID = [-1] * 25 + list(range(4, 65, 4)) + [64]
+
+
+def _dots3_vision_experts(v: _View) -> list[int]:
+    """Routed experts per vision block (<= 0: a dense block), as Dots3NoteVisionConfig derives them."""
+    pyramid = v.raw("pyramid_num_routed")
+    kinds = v.raw("mlp_layer_types")
+    if pyramid is None and kinds is None:
+        pyramid = _DOTS3_VISION_PYRAMID
+    if pyramid is not None:
+        return list(pyramid)
+    # A saved config keeps per_layer_config only where a block differs from the top-level num_local_experts.
+    by_layer = {int(k): cfg for k, cfg in (v.raw("per_layer_config") or {}).items()}
+    default = v.raw("num_local_experts", 64)
+    return [int(by_layer.get(i, {}).get("num_local_experts", default)) if kind == "sparse" else -1
+            for i, kind in enumerate(kinds)]
+
+
+def _dots3_vision(v):
+    """SB per vision block: the expert count (and top-k) change from block to block, so ``layer`` is needed."""
+    experts = _dots3_vision_experts(v)
+    if v.layer is None:
+        raise ValueError(f"{v.model_type}: the expert count differs between blocks ({experts}); pass layer=")
+    if not 0 <= v.layer < len(experts) or experts[v.layer] <= 0:
+        raise ValueError(f"{v.model_type}: block {v.layer} has no routed experts (per block: {experts})")
+    E = experts[v.layer]
+    per_layer = {int(k): cfg for k, cfg in (v.raw("per_layer_config") or {}).items()}
+    K = v.raw("num_experts_per_tok") or v.raw("capacity_factor", 2)
+    K = per_layer.get(v.layer, {}).get("num_experts_per_tok") or min(K, E)
+    rsf = v.raw("router_scaling_factor") or v.raw("router_scale", 1.0)
+    return RouterConfig(num_experts=E, top_k=K, scoring="sigmoid", has_correction_bias=True, renorm_eps=1e-20,
+                        routed_scaling_factor=float(rsf))
+
+
+def _dots3_vision_layers(v: _View, n: int) -> list[str]:
+    return ["moe" if count > 0 else "dense" for count in _dots3_vision_experts(v)]
+
+
 def _gemma4(v):
     if not v.get("enable_moe_block", False):
         raise ValueError(f"{v.model_type}: enable_moe_block is false, the model has no MoE layers")
@@ -616,6 +654,8 @@ FAMILIES: dict[str, _Family] = {
     "longcat_flash": _Family("SMB (zero experts)", _longcat, {"num_local_experts": "n_routed_experts",
                                                               "num_experts_per_tok": "moe_topk"},
                               _longcat_layers, 56),
+    "dots3_note_vision_encoder": _Family("SB (per-block E and K)", _dots3_vision, {}, _dots3_vision_layers, 42,
+                                         "dots3-note's vision encoder: pass its vision_config and layer="),
     "gemma4_text": _Family("SM-R + per-expert scale", _gemma4, {}, _gemma4_layers, 30,
                            note="runs in parallel with the dense MLP; gate input is RMSNorm(h) * scale / sqrt(H)"),
     "diffusion_gemma_text": _Family("SM-R + per-expert scale", _gemma4, {}, _gemma4_layers, 30),
@@ -657,8 +697,6 @@ UNSUPPORTED: dict[str, str] = {
             "selection; would need a skip-class field (the router MLP itself is the caller's gate projection)",
     "doge": "Doge: product-key routing (two half-key top-k's, Cartesian sums, then top-k); would need a "
             "product-key selection step",
-    "dots3_note_vision_encoder": "dots3-note vision encoder: per-layer expert counts (a pyramid) and the bias "
-                                 "on the block; would need one RouterConfig per layer from per_layer_config",
 }
 
 
