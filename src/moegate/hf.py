@@ -547,7 +547,7 @@ FAMILIES: dict[str, _Family] = {
     "lara_mini": _Family("SM-F", _qwen_smf(128, 4, True, 1), {}, layers_default=34),
     "jamba": _Family("SM-F", _jamba, _NUM_EXPERTS, _jamba_layers, 32, "never renormalises"),
     "hunyuan_v1_moe": _Family("SM-R", _hunyuan, {"num_experts_per_tok": "moe_topk", "num_local_experts": "num_experts"},
-                              layers_default=32, note="num_experts and moe_topk may be per-layer lists (pass layer=)"),
+                              layers_default=32, note="moe_topk may be a per-layer list (pass layer=)"),
     "dbrx": _Family("SM-R (p-norm)", _dbrx, layers_default=24,
                     note="weights divided by their L-p norm, p = ffn_config.moe_normalize_expert_weights"),
     "aria_text": _Family("TK-SM", _topk_softmax("moe_num_experts", "moe_topk", 8, 2, "moe_num_shared_experts", 2),
