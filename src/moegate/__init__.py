@@ -3,7 +3,7 @@
 from moegate.capture import RoutingRecorder
 from moegate.check import Violation, check_routing
 from moegate.config import RouterConfig
-from moegate.hf import from_hf_config
+from moegate.hf import from_hf_config, moe_layer_types
 from moegate.layout import ExpertLayout, ExpertPlacement
 from moegate.presets import preset, preset_names
 from moegate.router import RouteResult, route
@@ -20,6 +20,7 @@ __all__ = [
     "__version__",
     "check_routing",
     "from_hf_config",
+    "moe_layer_types",
     "preset",
     "preset_names",
     "route",
