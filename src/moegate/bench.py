@@ -122,12 +122,12 @@ def _geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def bench(shapes, tokens, ref_tokens, rep, sglang):
+def bench(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes):
     rows = []
     for name in shapes:
         config, dtype = SHAPES[name]
         for T in tokens:
-            want = {"reference", "compiled"} if T in ref_tokens else set()
+            want = ({"reference", "compiled"} if name in compiled_shapes else {"reference"}) if T in ref_tokens else set()
             fns = _providers(config, dtype, T, sglang, want)
             row = {"shape": name, "T": T, "dtype": str(dtype)[6:], "E": config.num_scored, "K": config.top_k}
             for prov, fn in fns.items():
@@ -222,6 +222,8 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     p.add_argument("--ref-tokens", default="4096,65536",
                    help="token counts at which the torch reference (eager and compiled) is timed too; '' for none")
+    p.add_argument("--compiled-shapes", default=None,
+                   help="shapes at which torch.compile of the reference is timed (default: all; compiling is slow)")
     p.add_argument("--rep", type=int, default=20, help="milliseconds of graph replay per measurement")
     p.add_argument("--json", help="write the rows and the summary here")
     p.add_argument("--sweep", action="store_true", help="time launch shapes instead of providers")
@@ -244,7 +246,8 @@ def main(argv=None) -> int:
         return 0
     sglang = _load_sglang()
     print(HEADER)
-    rows = bench(shapes, tokens, ref_tokens, args.rep, sglang)
+    compiled_shapes = set(shapes if args.compiled_shapes is None else args.compiled_shapes.split(","))
+    rows = bench(shapes, tokens, ref_tokens, args.rep, sglang, compiled_shapes)
     print("\n" + HEADER)
     for r in rows:
         print(_format_row(r))

@@ -73,20 +73,22 @@ def _tile_shape(config: RouterConfig) -> tuple[int, int]:
 def _launch_shape(num_tokens: int, tile: int) -> tuple[int, int]:
     """(rows per program, warps per program).
 
-    A row's top-K is a chain of K reductions; one warp per row keeps them on shuffles, and rows up to
-    ~1K lanes stay in one warp's registers. Narrow rows pack several per program so a program still
-    holds ~1K lanes; wider rows spread over more warps (a cross-warp reduction per step, but fewer
-    sequential lanes per thread).
+    A row's top-K is a chain of K reductions; one warp per row keeps them on shuffles. Packing more rows
+    into a program or more warps into a row only paid off where the sweep says so.
     """
     if launch_override is not None:
         return launch_override
-    if tile <= 1024:
-        block_m = max(1, min(64, 512 // tile))
-        # Small batches: fewer rows per program, more programs in flight (latency, not throughput).
-        while block_m > 1 and triton.cdiv(num_tokens, block_m) < 1056:
-            block_m //= 2
-        return block_m, 1
-    return 1, min(16, tile // 512)
+    # From the sweep in BENCHMARKS.md (H200): one warp per row up to 512 lanes, rows packed only for
+    # very narrow rows (Mixtral's 8) or, mildly, 256 lanes at large T; 1024 lanes want 4 warps.
+    if tile <= 32:
+        return (16 if num_tokens >= 16384 else 8 if num_tokens >= 2048 else 4), 1
+    if tile <= 64:
+        return (2 if num_tokens >= 4096 else 1), 1
+    if tile == 256 and num_tokens >= 16384:
+        return 2, 1
+    if tile <= 512:
+        return 1, 1
+    return 1, min(16, tile // 256)
 
 
 def _launch(
@@ -127,7 +129,9 @@ def _launch(
         SLOTS_PER_RANK=spec.SLOTS_PER_RANK, NUM_PHYSICAL=spec.NUM_PHYSICAL,
         VALID_FROM_PTR=num_valid is not None, HAS_RECORDER=rec_ids is not None, HAS_PACKED=packed is not None,
         BLOCK_M=spec.block_m, BLOCK_W=block_g * block_gs,
-        LANE_BITS=(block_g * block_gs).bit_length() - 1, BLOCK_G=block_g, BLOCK_GS=block_gs,
+        LANE_BITS=(block_g * block_gs).bit_length() - 1,
+        TRUNCATE_WORDS=(spec.SCORING == 0 and not spec.SELECT_LOGITS) and bias is None,  # softmax scores
+        BLOCK_G=block_g, BLOCK_GS=block_gs,
         BLOCK_KC=triton.next_power_of_2(spec.K + spec.C), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps,
     )

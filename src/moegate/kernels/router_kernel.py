@@ -173,6 +173,7 @@ def _route_kernel(
     BLOCK_M: tl.constexpr,  # rows per program
     BLOCK_W: tl.constexpr,  # BLOCK_G * BLOCK_GS lanes per row
     LANE_BITS: tl.constexpr,  # log2(BLOCK_W)
+    TRUNCATE_WORDS: tl.constexpr,  # fast-path words: truncated keys (softmax) or distances below the best
     BLOCK_G: tl.constexpr,  # >= N_GROUP, power of 2
     BLOCK_GS: tl.constexpr,  # >= GROUP_SIZE, power of 2
     BLOCK_KC: tl.constexpr,  # >= K + C, power of 2
@@ -279,24 +280,41 @@ def _route_kernel(
             else:
                 hi = tl.where(kept_lanes, hi, INT32_MIN)  # below every kept key, -inf included
 
-        # Step 5, fast path: 32-bit words (distance below the row's best key, in ulps) << log2(BLOCK_W)
-        # | inverted lane, so one 32-bit max per round (the exact 64-bit word costs ~2x the instructions
-        # per round: SASS count). The distance is the difference of order-preserving key bits, exact up
-        # to 2**31 / BLOCK_W - 1 ulps (a binade for 256 lanes) and clamped to 0 beyond. A row whose K-th
-        # winner sits on the clamp (wide key range, -inf keys) takes the exact 64-bit path below.
-        span = (2147483648 // BLOCK_W) - 1
-        hi_max = tl.max(hi, axis=1)  # [BM]
-        base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)  # [BM]
-        dist_word = ((tl.maximum(hi, base[:, None]) - base[:, None]) << LANE_BITS) | inv[None, :]
-        # Excluded lanes sit below every allowed one (negative, still by lane); padding lanes lowest.
-        fast = tl.where(hi > INT32_MIN, dist_word, inv[None, :] - BLOCK_W)
-        fast = tl.where(ok2, fast, INT32_MIN)  # [BM, BW]
+        # Step 5, fast path: 32-bit words, one 32-bit max per round (the exact 64-bit word costs ~2x the
+        # instructions per round: SASS count). The low log2(BLOCK_W) bits hold the inverted lane (ties to
+        # the lower id); the high bits hold the key, squeezed one of two ways. Rows where the squeeze
+        # could misorder take the exact 64-bit path below.
         ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
-        for i in tl.static_range(K):
-            best = tl.max(fast, axis=1)  # [BM]
-            ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None], ids_k)
-            fast = tl.where(fast == best[:, None], INT32_MIN, fast)
-        ambiguous = best < BLOCK_W  # the K-th winner's distance clamped to 0
+        if TRUNCATE_WORDS:
+            # Softmax probabilities span many binades but sit far apart relative to their size: drop the
+            # key's low bits. Run K + 1 rounds; two adjacent winners with equal high bits are ambiguous.
+            fast = tl.where(ok2, (hi & (-BLOCK_W)) | inv[None, :], INT32_MIN)  # [BM, BW]
+            ambiguous = tl.zeros([BLOCK_M], dtype=tl.int1)
+            prev = tl.zeros([BLOCK_M], dtype=tl.int32)
+            for i in tl.static_range(K + 1):
+                best = tl.max(fast, axis=1)  # [BM]
+                if i > 0:
+                    ambiguous = ambiguous | ((best & (-BLOCK_W)) == (prev & (-BLOCK_W)))
+                if i < K:
+                    ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None], ids_k)
+                    fast = tl.where(fast == best[:, None], INT32_MIN, fast)
+                prev = best
+        else:
+            # Sigmoid-like keys (+ bias) crowd near the top: keep every bit of the distance below the row's
+            # best key (difference of order-preserving bits, in ulps), exact up to 2**31 / BLOCK_W - 1 ulps
+            # (a binade for 256 lanes), clamped to 0 beyond. A K-th winner on the clamp is ambiguous.
+            span = (2147483648 // BLOCK_W) - 1
+            hi_max = tl.max(hi, axis=1)  # [BM]
+            base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)  # [BM]
+            dist_word = ((tl.maximum(hi, base[:, None]) - base[:, None]) << LANE_BITS) | inv[None, :]
+            # Excluded lanes sit below every allowed one (negative, still by lane); padding lanes lowest.
+            fast = tl.where(hi > INT32_MIN, dist_word, inv[None, :] - BLOCK_W)
+            fast = tl.where(ok2, fast, INT32_MIN)  # [BM, BW]
+            for i in tl.static_range(K):
+                best = tl.max(fast, axis=1)  # [BM]
+                ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None], ids_k)
+                fast = tl.where(fast == best[:, None], INT32_MIN, fast)
+            ambiguous = best < BLOCK_W  # the K-th winner's distance clamped to 0
         if tl.max(ambiguous.to(tl.int32), axis=0) > 0:
             # Exact path (wide key range, -inf among the winners): one 64-bit max per round.
             word = (hi.to(tl.int64) << 32) | inv[None, :].to(tl.int64)
