@@ -127,7 +127,9 @@ def bench(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes):
     for name in shapes:
         config, dtype = SHAPES[name]
         for T in tokens:
-            want = ({"reference", "compiled"} if name in compiled_shapes else {"reference"}) if T in ref_tokens else set()
+            want = set()
+            if T in ref_tokens:
+                want = {"reference", "compiled"} if name in compiled_shapes else {"reference"}
             fns = _providers(config, dtype, T, sglang, want)
             row = {"shape": name, "T": T, "dtype": str(dtype)[6:], "E": config.num_scored, "K": config.top_k}
             for prov, fn in fns.items():
