@@ -262,14 +262,18 @@ def test_exclude_never_selects_a_dropped_group_even_below_neg_inf():
 
 
 def test_wide_key_ranges_take_the_exact_path():
-    """Keys more than a binade or so below the row's best (softmax over spread logits, keys of both signs)
-    overflow the fast path's 32-bit distance; those rows must still route exactly like the reference."""
+    """Rows the 32-bit fast path cannot order (keys of both signs or spread past the distance word, keys
+    closer than the truncated word's resolution) must take the exact path and route like the reference."""
     E = 32 if not FULL else 256
     g = torch.Generator().manual_seed(7)
     order = torch.rand(37, E, generator=g).argsort(dim=1).float()
     for config, logits in (
         (RouterConfig(E, 6), order * 3.0),  # softmax: top-6 span e**-15, ~22 binades
         (RouterConfig(E, 6, selection="logits", scoring="sigmoid"), (order - E / 2) / 8),  # keys around 0
+        # K past the positive keys: winners of both signs overflow the distance word.
+        (RouterConfig(E, E // 2 + 4, selection="logits", scoring="sigmoid", renormalize=False), (order - E / 2) / 8),
+        # Softmax keys 16-32 ulps apart: several share the truncated word's high bits.
+        (RouterConfig(E, 6), order * 2.0 ** (-20 if not FULL else -19)),
         (RouterConfig(E, 6, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2,
                       group_fill="zero"), (order - E / 2) / 8),
     ):
