@@ -271,7 +271,7 @@ def test_wide_key_ranges_take_the_exact_path():
         (RouterConfig(E, 6), order * 3.0),  # softmax: top-6 span e**-15, ~22 binades
         (RouterConfig(E, 6, selection="logits", scoring="sigmoid"), (order - E / 2) / 8),  # keys around 0
         # K past the positive keys: winners of both signs overflow the distance word.
-        (RouterConfig(E, E // 2 + 4, selection="logits", scoring="sigmoid", renormalize=False), (order - E / 2) / 8),
+        (RouterConfig(E, 12, selection="logits", scoring="sigmoid", renormalize=False), (order - (E - 8)) / 8),
         # Softmax keys 16-32 ulps apart: several share the truncated word's high bits.
         (RouterConfig(E, 6), order * 2.0 ** (-20 if not FULL else -19)),
         (RouterConfig(E, 6, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2,
