@@ -37,6 +37,8 @@ def configs(draw):
         num_shared_experts=draw(st.integers(0, 3)),
         routing=routing,
         num_zero_experts=zero,
+        renorm_p=draw(st.sampled_from([1.0, 1.0, 2.0])),
+        has_expert_scale=draw(st.booleans()) if zero == 0 else False,
     )
 
 
@@ -79,6 +81,8 @@ def test_every_drawn_routing_satisfies_every_invariant(data):
     nvt = data.draw(st.one_of(st.none(), st.integers(0, T)))
     home_rank = data.draw(st.integers(0, layout.ep_size - 1))
     kw = dict(bias=bias, num_valid_tokens=nvt, home_rank=home_rank)
+    if cfg.has_expert_scale:
+        kw["expert_scale"] = torch.rand(cfg.num_experts, generator=g) + 0.5
     if cfg.routing == "hash":
         vocab = 11
         rows = [torch.randperm(cfg.num_experts, generator=g)[: cfg.top_k] for _ in range(vocab)]

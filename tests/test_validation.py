@@ -26,6 +26,8 @@ BAD_CONFIGS = [
     (dict(num_experts=8, top_k=2, routing="random"), "routing"),
     (dict(num_experts=8.0, top_k=2), "num_experts"),
     (dict(num_experts=8, top_k=2, renormalize=1), "renormalize"),
+    (dict(num_experts=8, top_k=2, has_expert_scale=True, num_zero_experts=2), "num_zero_experts"),
+    (dict(num_experts=8, top_k=2, routing="hash", num_zero_experts=2), "num_zero_experts"),
 ]
 
 

@@ -153,5 +153,10 @@ def _check_router_config(c: RouterConfig) -> None:
                 f"top_k must be <= topk_group * num_experts / n_group = {c.topk_group * group_size}, "
                 f"got top_k={c.top_k}"
             )
+    if c.has_expert_scale and c.num_zero_experts:
+        raise ValueError(
+            f"has_expert_scale needs num_zero_experts=0 (expert_scale has no entries for zero experts), got "
+            f"num_zero_experts={c.num_zero_experts}"
+        )
     if c.routing == "hash" and c.num_zero_experts:
         raise ValueError("num_zero_experts must be 0 with routing='hash', got " f"{c.num_zero_experts}")
