@@ -487,7 +487,7 @@ def run_route(args) -> dict:
             if recorder is not None:
                 full_ids[start:stop] = recorder.ids[0, :n].cpu()
             stats.update(weights, ids, config, layout, valid)
-            # The first --verify-rows rows are also compared with the fp64 reference (about 0.1 ms a row).
+            # The first --verify-rows rows are also compared with the fp32 reference (about 0.1 ms a row).
             verified = min(max(args.verify_rows - start, 0), n)
             for lo, hi, against_reference in ((0, verified, True), (verified, n, False)):
                 if hi == lo:
@@ -686,7 +686,7 @@ def render_route(summary: dict, console) -> None:
 
     _render_verdict(summary["check"], console, "check_routing",
                     f"{summary['check']['rows']} rows checked, {summary['check']['reference_rows']} of them "
-                    "against the fp64 reference")
+                    "against the fp32 reference")
     if summary["record"]:
         console.print(Text(f"capture written to {summary['record']} (moegate check {summary['record']})"))
     if summary["plot"]:
@@ -1062,7 +1062,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--chunk-tokens", type=_int_at_least(1), default=DEFAULT_CHUNK_TOKENS, metavar="N",
                    help=f"route in chunks of N tokens, with a progress bar (default {DEFAULT_CHUNK_TOKENS})")
     r.add_argument("--verify-rows", type=_int_at_least(0), default=DEFAULT_VERIFY_ROWS, metavar="N",
-                   help="compare the first N rows with the fp64 reference; every row gets the invariant "
+                   help="compare the first N rows with the fp32 reference; every row gets the invariant "
                         f"checks (default {DEFAULT_VERIFY_ROWS})")
     r.add_argument("--plot", metavar="FILE.png", help="save the expert-load picture (needs matplotlib)")
     r.add_argument("--record", metavar="FILE.safetensors", help="save the routed ids as a RoutingRecorder capture")
