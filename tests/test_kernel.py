@@ -283,6 +283,48 @@ def test_wide_key_ranges_take_the_exact_path():
         run_both(logits.to(DEVICE), config, near_ties=config.has_correction_bias, **kw)
 
 
+@pytest.mark.parametrize("tile_weights", [False, True])
+def test_weights_from_tile_and_from_gather(tile_weights, monkeypatch):
+    """Both epilogues (weights read from the tile by the winning lanes, or recomputed from a gather of the
+    winners' logits) route like the reference, whatever T the heuristic would pick them at."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "tile_weights_override", tile_weights)
+    layout = ExpertLayout(shared_slots="global", scale="on_output")
+    for ci, (_name, config, tol) in enumerate(CONFIGS):
+        if config.num_zero_experts:
+            continue
+        T = 37 if FULL or ci % 2 else 5
+        logits = tie_free_logits(T, config.num_scored, DTYPES[ci % len(DTYPES)], seed=ci)
+        kw = extras(config, T, seed=ci)
+        run_both(logits, config.replace(num_shared_experts=1), layout, tol=tol, near_ties=config.has_correction_bias,
+                 num_valid_tokens=T - 2, **kw)
+
+
+def test_wide_rows_near_ties_and_wide_ranges():
+    """Tiles past 256 lanes drop low bits of the distance word: keys a few ulps apart, equal keys and keys
+    spread past the word's range must all take the exact path and route like the reference."""
+    E = 300 if not FULL else 896
+    K = 6 if not FULL else 16
+    g = torch.Generator().manual_seed(11)
+    order = torch.rand(37, E, generator=g).argsort(dim=1)
+    one = torch.tensor(1.0)
+    ulps = (one.view(torch.int32) + order.to(torch.int32)).view(torch.float32)  # 1.0 + k ulps, 1 ulp apart
+    rows = [
+        ulps,  # adjacent winners 1 ulp apart: equal shifted distance bits
+        torch.where(order < E - 3, ulps, torch.tensor(4.0)),  # three equal winners (a real tie)
+        (order.float() - E / 2) / 4,  # keys of both signs: past the word's 2**23 ulps
+    ]
+    for logits in rows:
+        for config in (
+            RouterConfig(E, K, selection="logits", scoring="sigmoid", renormalize=False),
+            RouterConfig(E, K, selection="logits", scoring="sigmoid", renormalize=False, n_group=4, topk_group=2),
+        ):
+            if config.n_group > 1 and E % 4:
+                continue
+            run_both(logits.to(DEVICE), config)
+
+
 @pytest.mark.parametrize("as_tensor", [False, True])
 def test_padding_rows(as_tensor):
     config = RouterConfig(32, 4, scoring="sigmoid", has_correction_bias=True, num_shared_experts=2)

@@ -9,7 +9,9 @@ overhead are out of every number):
   For 896 experts top-16 SGLang's production path is a native radix kernel that is not part of this
   comparison: that row is measured against SGLang's Triton router only.
 - ``floor``: a kernel that only reads the logits once and writes the K weights and ids once; nothing
-  routes faster than it.
+  routes faster than it. Launched like both routers, with programmatic dependent launch (PDL: the next
+  launch in the graph starts while this one runs, and waits in ``griddepcontrol.wait``); ``floor0``
+  is the same kernel launched plainly (the floor of runs 1-3).
 - ``reference`` / ``compiled``: the torch reference, eager and under torch.compile (only at the token
   counts of ``--ref-tokens``: they are slow to compile and to run).
 
@@ -66,7 +68,7 @@ def _load_sglang():
     return sglang_moe_fused_gate.moe_fused_gate
 
 
-def _floor_launch(logits, weights, ids, K):
+def _floor_launch(logits, weights, ids, K, pdl=True):
     import triton
 
     from moegate.kernels.router_kernel import _floor_kernel
@@ -78,7 +80,7 @@ def _floor_launch(logits, weights, ids, K):
         block_m //= 2
     _floor_kernel[(max(1, triton.cdiv(T, block_m)),)](
         logits, logits.stride(0), weights, ids, T, W=W, K=K, BLOCK_M=block_m, BLOCK_W=block_w,
-        BLOCK_K=triton.next_power_of_2(K), num_warps=4,
+        BLOCK_K=triton.next_power_of_2(K), num_warps=4, USE_PDL=pdl, **({"launch_pdl": True} if pdl else {}),
     )
 
 
@@ -93,6 +95,7 @@ def _providers(config, dtype, T, sglang, want):
     fns = {
         "moegate": lambda: route(logits, config, bias=bias, out=out, backend="triton"),
         "floor": lambda: _floor_launch(logits, *floor_out, K),
+        "floor0": lambda: _floor_launch(logits, *floor_out, K, pdl=False),
     }
     if sglang is not None:
         scoring = config.scoring
@@ -149,7 +152,7 @@ def _fmt(v, spec=".2f"):
     return "-" if v is None else format(v, spec)
 
 
-HEADER = (f"{'shape':18} {'T':>6} {'moegate':>8} {'sglang':>8} {'floor':>7} {'ref':>8} {'compiled':>8} "
+HEADER = (f"{'shape':18} {'T':>6} {'moegate':>8} {'sglang':>8} {'floor':>7} {'floor0':>7} {'ref':>8} {'compiled':>8} "
           f"{'GB/s':>6} {'mg/sgl':>6} {'mg/floor':>8}")
 
 
@@ -157,7 +160,8 @@ def _format_row(r):
     ratio_s = r["moegate"] / r["sglang"] if r.get("sglang") and r.get("moegate") else None
     ratio_f = r["moegate"] / r["floor"] if r.get("floor") and r.get("moegate") else None
     return (f"{r['shape']:18} {r['T']:>6} {_fmt(r.get('moegate')):>8} {_fmt(r.get('sglang')):>8} "
-            f"{_fmt(r.get('floor')):>7} {_fmt(r.get('reference')):>8} {_fmt(r.get('compiled')):>8} "
+            f"{_fmt(r.get('floor')):>7} {_fmt(r.get('floor0')):>7} {_fmt(r.get('reference')):>8} "
+            f"{_fmt(r.get('compiled')):>8} "
             f"{_fmt(r.get('GB/s'), '.0f'):>6} {_fmt(ratio_s, '.3f'):>6} {_fmt(ratio_f, '.2f'):>8}")
 
 
@@ -181,7 +185,45 @@ def summary(rows):
         f"worst moegate / floor at T >= 32768: {worst_large} (target <= 2: "
         f"{'met' if worst_large is None or worst_large[2] <= 2 else 'NOT met'})",
     ]
+    rows0 = [r for r in rows if r.get("floor0")]
+    if rows0:
+        ws = max(((r["shape"], r["T"], r["moegate"] - r["floor0"]) for r in rows0 if r["T"] <= 64),
+                 key=lambda x: x[2], default=None)
+        wl = max(((r["shape"], r["T"], r["moegate"] / r["floor0"]) for r in rows0 if r["T"] >= 32768),
+                 key=lambda x: x[2], default=None)
+        lines.append(f"against floor0 (no PDL): worst moegate - floor0 at T <= 64: {ws}; worst moegate / floor0 at "
+                     f"T >= 32768: {wl}")
+    for name in dict.fromkeys(r["shape"] for r in rows):
+        rs = [r for r in rows if r["shape"] == name]
+        sg = _geomean([r["moegate"] / r["sglang"] for r in rs if r["T"] >= 4096 and r.get("sglang")])
+        fl = _geomean([r["moegate"] / r["floor"] for r in rs if r["T"] >= 4096])
+        over = max((r["moegate"] - r["floor"] for r in rs if r["T"] <= 64), default=float("nan"))
+        worst = max((r["moegate"] / r["sglang"] for r in rs if r.get("sglang")), default=float("nan"))
+        lines.append(f"{name:18} mg/sgl {sg:.3f}  mg/floor {fl:.2f}  T<=64 over floor max {over:.2f} us  "
+                     f"worst mg/sgl any T {worst:.3f}")
     return lines
+
+
+def ab(shapes, tokens, rep):
+    """moegate with each epilogue (weights from the tile / from a gather) and with PDL off, on the same inputs."""
+    import moegate.kernels.router as kr
+
+    for name in shapes:
+        config, dtype = SHAPES[name]
+        for T in tokens:
+            fns = _providers(config, dtype, T, None, set())
+            times = {"heuristic": _time(fns["moegate"], rep)}
+            for label, tile, pdl in (("tile", True, None), ("gather", False, None), ("no-pdl", None, False)):
+                kr.tile_weights_override, kr.use_pdl_override = tile, pdl
+                try:
+                    times[label] = _time(fns["moegate"], rep)
+                except Exception as exc:
+                    times[label] = float("nan")
+                    print(f"ab {name} T={T} {label}: {type(exc).__name__}: {str(exc)[:100]}")
+                finally:
+                    kr.tile_weights_override = kr.use_pdl_override = None
+            times["floor0"] = _time(fns["floor0"], rep)
+            print(f"ab {name:18} T={T:>6} " + " ".join(f"{k} {v:6.2f}" for k, v in times.items()), flush=True)
 
 
 def _candidates(width):
@@ -229,6 +271,8 @@ def main(argv=None) -> int:
     p.add_argument("--rep", type=int, default=20, help="milliseconds of graph replay per measurement")
     p.add_argument("--json", help="write the rows and the summary here")
     p.add_argument("--sweep", action="store_true", help="time launch shapes instead of providers")
+    p.add_argument("--ab", default=None,
+                   help="after the table, also time both weight epilogues and PDL off at these token counts")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("moegate bench needs a CUDA device; none is available")
@@ -255,6 +299,8 @@ def main(argv=None) -> int:
         print(_format_row(r))
     lines = summary(rows) if sglang is not None else ["(no sglang: no ratios)"]
     print("\n".join(lines))
+    if args.ab:
+        ab(shapes, [int(t) for t in args.ab.split(",") if t], args.rep)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,

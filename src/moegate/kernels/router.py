@@ -6,6 +6,7 @@ call with a fake implementation), and the public function that ``moegate.route(b
 calls after validating its arguments.
 """
 
+import functools
 import os
 from typing import NamedTuple
 
@@ -26,6 +27,16 @@ MAX_PACKED_ID = 32767  # packed words hold id << 16 in an int32
 
 # (block_m, num_warps) forced by the benchmark's sweep; None means the heuristic below.
 launch_override: tuple[int, int] | None = None
+# Forced by the tests and the benchmark's A/B: weights from the tile (True) or from the gather (False);
+# None means the heuristic (_tile_weights). use_pdl_override likewise (None: PDL on sm_90 and newer).
+tile_weights_override: bool | None = None
+use_pdl_override: bool | None = None
+# Below this many rows a launch is latency-bound: the tile's weights save the dependent gather and the
+# second scoring. Above it the launch is bound by instructions, and the gather path has fewer (the tile's
+# epilogue works on every lane: +75 SASS instructions a DeepSeek-V3 row at one row a warp, +225 at two,
+# +200 at 512 lanes a warp).
+TILE_WEIGHTS_MAX_TOKENS = 2048
+TILE_WEIGHTS_MAX_LANES_PER_THREAD = 8
 
 
 class _Spec(NamedTuple):
@@ -91,6 +102,20 @@ def _launch_shape(num_tokens: int, tile: int) -> tuple[int, int]:
     return 1, min(16, tile // 256)
 
 
+@functools.cache
+def _pdl_capable(device_index: int) -> bool:
+    """Programmatic dependent launch (griddepcontrol) needs sm_90 or newer."""
+    return torch.cuda.get_device_capability(device_index)[0] >= 9
+
+
+def _use_pdl(device: torch.device) -> bool:
+    if _interpreting() or device.type != "cuda":
+        return False
+    if use_pdl_override is not None:
+        return use_pdl_override
+    return _pdl_capable(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def _launch(
     logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
     weights, ids, packed, rec_ids, rec_count, spec: _Spec, params: list[float],
@@ -104,6 +129,20 @@ def _launch(
     )
     rec_layer = rec_ids[spec.layer] if rec_ids is not None else dummy
     grid = (max(1, triton.cdiv(T, spec.block_m)),)
+    lane_bits = (block_g * block_gs).bit_length() - 1
+    select_truncated = (spec.SCORING == 0 and not spec.SELECT_LOGITS) and bias is None  # softmax scores
+    # Weights from the tile (no second gather) wherever the tile holds the scores and the epilogue is the
+    # plain one: not for logits selection (the tile holds no scores), hash routing, p-norms, packed words.
+    tile_weights = not (spec.HASH or spec.SELECT_LOGITS or packed is not None
+                        or (spec.RENORMALIZE and not spec.RENORM_P_ONE))
+    if tile_weights:
+        if tile_weights_override is not None:
+            tile_weights = tile_weights_override
+        else:
+            per_thread = spec.block_m * block_g * block_gs // (32 * spec.num_warps)
+            tile_weights = T <= TILE_WEIGHTS_MAX_TOKENS and per_thread <= TILE_WEIGHTS_MAX_LANES_PER_THREAD
+    use_pdl = _use_pdl(logits.device)
+    extra = {"launch_pdl": True} if use_pdl else {}
     rk._route_kernel[grid](
         logits, logits.stride(0), logits.stride(1),
         dummy if bias is None else bias, 0 if bias is None else bias.stride(0),
@@ -129,11 +168,12 @@ def _launch(
         SLOTS_PER_RANK=spec.SLOTS_PER_RANK, NUM_PHYSICAL=spec.NUM_PHYSICAL,
         VALID_FROM_PTR=num_valid is not None, HAS_RECORDER=rec_ids is not None, HAS_PACKED=packed is not None,
         BLOCK_M=spec.block_m, BLOCK_W=block_g * block_gs,
-        LANE_BITS=(block_g * block_gs).bit_length() - 1,
-        TRUNCATE_WORDS=(spec.SCORING == 0 and not spec.SELECT_LOGITS) and bias is None,  # softmax scores
+        LANE_BITS=lane_bits, TRUNCATE_WORDS=select_truncated,
         BLOCK_G=block_g, BLOCK_GS=block_gs,
-        BLOCK_KC=triton.next_power_of_2(spec.K + spec.C), ACCURATE=not _interpreting(),
-        num_warps=spec.num_warps,
+        BLOCK_KC=triton.next_power_of_2(spec.K + spec.C),
+        DIST_SHIFT=max(0, lane_bits - 8),  # distance words span 2**23 ulps whatever the width
+        TILE_WEIGHTS=tile_weights, USE_PDL=use_pdl, ACCURATE=not _interpreting(),
+        num_warps=spec.num_warps, **extra,
     )
 
 

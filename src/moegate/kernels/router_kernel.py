@@ -6,16 +6,22 @@ L2. DeepSeek-V3 at T=65536 (W=256 fp32, K=8): 67.1 MB + 4.2 MB = 71 MB, 16.6 us 
 device-to-device copy reaches on an H200. That is the floor the large-T launches aim at; small-T
 launches aim at the launch latency of a kernel that only reads and writes (bench.py times both).
 
-Selection. Each key becomes one sortable int64 word: the high 32 bits are the fp32 key's bits made
-order-preserving as a signed int (negative floats get their magnitude bits flipped), the low 32 bits
-are ``LOW_BASE - id``, so a larger word means a larger key, and among equal keys the lower id. One
-``max`` per selected expert then yields the key and the id together (the peer spends a max, an argmin
-of the index and a sum to fetch the weight per expert); removing the winner is one compare. Experts
-that must never be chosen (dropped groups with group_fill="exclude", padding lanes of the tile) get
-the high word INT32_MIN, below every real key including -inf, so the contract's order "allowed
-experts by key, then the rest" falls out of the same max. The weights of the K winners are not
-carried through the loop: they are recomputed from a K-wide gather of the same logits (L1/L2 hits),
-with the very same arithmetic as the tile, so they equal the tile's scores bit for bit.
+Selection. Each key becomes order-preserving int32 bits ``hi`` (negative floats get their magnitude
+bits flipped). Groups are scored on ``hi`` with 32-bit reductions. The top-K rounds run on 32-bit
+words (the key squeezed into the high bits, the inverted lane in the low bits, so one ``max`` yields
+key and id together and ties go to the lower id); rows the squeeze could misorder rerun on exact int64
+words (``hi << 32 | inverted lane``). Experts that must never be chosen (dropped groups with
+group_fill="exclude") get ``hi`` = INT32_MIN, below every real key including -inf, so the contract's
+order "allowed experts by key, then the rest" falls out of the same max. A winner is replaced by
+MARK + its round, so after the rounds every lane knows its output column.
+
+Weights. At small T (TILE_WEIGHTS) the winning lanes store their own scores, already in registers: no
+second, dependent gather. At large T the launch is bound by instructions, and the K winners' logits
+are gathered again (L1/L2 hits) and pushed through the very same arithmetic as the tile, so they
+equal the tile's scores bit for bit, on K lanes instead of all of them.
+
+Launch. On sm_90+ the kernel is launched with programmatic dependent launch (as SGLang's router is):
+``gdc_wait`` before the first read, so the launch overlaps the previous kernel's tail.
 
 Numerics. Everything is fp32 (SPEC.md). On the GPU, exp/log1p/tanh/pow come from libdevice and
 divisions and square roots are IEEE-rounded (div_rn, sqrt_rn): Triton's default exp is ex2.approx
@@ -27,6 +33,7 @@ cannot call libdevice, so ACCURATE=False spells the same functions with numpy-ba
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 # Codes of the constexpr switches; the launcher maps the config's strings onto these.
 SCORINGS = {"softmax": 0, "sigmoid": 1, "sqrtsoftplus": 2}
@@ -37,6 +44,14 @@ SHARED_SLOTS = {"none": 0, "global": 1, "per_rank": 2}
 LOW_BASE = tl.constexpr(2147483647)
 INT32_MIN = tl.constexpr(-2147483648)
 INT64_MIN = tl.constexpr(-9223372036854775808)
+# A winner removed in round i becomes MARK + i: below every live word (real keys, excluded lanes), above
+# padding lanes (INT32_MIN), so after the rounds each lane knows its own output column (TILE_WEIGHTS).
+MARK = tl.constexpr(-2147483647)
+MARK64 = tl.constexpr(-9223372036854775807)
+# Exact words carry inv + LOW_PAD in the low half so that excluded lanes (high half INT32_MIN) stay above
+# the marks; truncated fast words floor the key bits at TRUNC_FLOOR for the same reason.
+LOW_PAD = tl.constexpr(128)
+TRUNC_FLOOR = tl.constexpr(-2147418112)  # INT32_MIN + 65536, a multiple of every BLOCK_W <= 16384
 
 
 @triton.jit
@@ -117,16 +132,9 @@ def _order_bits(key):
 
 
 @triton.jit
-def _key_of(word):
-    """The fp32 key held in the high half of a packed word (inverse of _order_bits)."""
-    hi = (word >> 32).to(tl.int32)
+def _key_of32(hi):
+    """The fp32 key of order-preserving bits (inverse of _order_bits)."""
     return tl.where(hi >= 0, hi, hi ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _pack(key, low, ok):
-    hi = tl.where(ok, _order_bits(key), INT32_MIN)
-    return (hi.to(tl.int64) << 32) | low
 
 
 @triton.jit(do_not_specialize=["num_valid", "num_tokens", "home_rank"])
@@ -177,8 +185,16 @@ def _route_kernel(
     BLOCK_G: tl.constexpr,  # >= N_GROUP, power of 2
     BLOCK_GS: tl.constexpr,  # >= GROUP_SIZE, power of 2
     BLOCK_KC: tl.constexpr,  # >= K + C, power of 2
+    DIST_SHIFT: tl.constexpr,  # distance words drop this many low ulp bits (wide tiles); K + 1 rounds then
+    TILE_WEIGHTS: tl.constexpr,  # weights from the tile's scores, stored by the winning lanes
+    USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     ACCURATE: tl.constexpr,
 ):
+    if USE_PDL:
+        # Nothing is read before the previous kernel's writes are visible; the next kernel may start its
+        # launch now (it waits for this one to finish in its own gdc_wait).
+        gdc_wait()
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
     row_ok = rows < num_tokens
@@ -232,29 +248,36 @@ def _route_kernel(
             other=0,
         ).to(tl.int32)  # [BM, BKC]
     else:
+        if HAS_BIAS:
+            b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
+        if TILE_WEIGHTS and HAS_EXPERT_SCALE:
+            scale_lane = tl.load(expert_scale_ptr + col2.to(tl.int64) * expert_scale_stride, mask=ok2,
+                                 other=1.0).to(tl.float32)
         if SELECT_LOGITS:
             key = x
         else:
             key = _score(x, row_max[:, None], row_sum[:, None], SCORING, ACCURATE)
+        s_lane = key  # the unbiased scores (TILE_WEIGHTS reads the winners' weights from here)
         if HAS_BIAS:
-            b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
             key = key + b
         key = tl.where(dead, float("-inf"), key)
         key = tl.where(key == 0.0, 0.0, key)  # -0.0 ties with +0.0, as in torch.sort
         hi = tl.where(ok2, _order_bits(key), INT32_MIN)  # [BM, BW] order-preserving key bits
         inv = (-lane) + (BLOCK_W - 1)  # [BW] larger for lower lanes: ties go to the lower id
         if N_GROUP > 1:
-            # Step 4 on exact 64-bit words (key, lane): the top word, then the top word with that one
-            # removed, so top2_sum counts a repeated key twice like the reference.
-            word = (hi.to(tl.int64) << 32) | inv[None, :].to(tl.int64)
-            word = tl.where(ok2, word, INT64_MIN)
-            word3 = tl.reshape(word, [BLOCK_M, BLOCK_G, BLOCK_GS])
-            top1 = tl.max(word3, axis=2)  # [BM, BG]
+            # Step 4 on the exact 32-bit key bits (padding lanes hold INT32_MIN): the group's top key, and
+            # for top2_sum its second key, which is the top key again when that appears twice (the
+            # reference counts a repeated key twice). 32-bit reductions: 64-bit (key, lane) words here
+            # cost ~650 SASS instructions a DeepSeek-V3 row, 43% of it.
+            hi3 = tl.reshape(hi, [BLOCK_M, BLOCK_G, BLOCK_GS])
+            top1 = tl.max(hi3, axis=2)  # [BM, BG]
             if GROUP_MAX:
-                group_score = _key_of(top1)
+                group_score = _key_of32(top1)
             else:
-                top2 = tl.max(tl.where(word3 == top1[:, :, None], INT64_MIN, word3), axis=2)
-                group_score = _key_of(top1) + _key_of(top2)
+                at_top = hi3 == top1[:, :, None]
+                second = tl.max(tl.where(at_top, INT32_MIN, hi3), axis=2)
+                repeated = tl.sum(at_top.to(tl.int32), axis=2) > 1
+                group_score = _key_of32(top1) + _key_of32(tl.where(repeated, top1, second))
             g = tl.arange(0, BLOCK_G)
             g_ok = (g < N_GROUP)[None, :]  # [1, BG]
             group_word = tl.where(
@@ -288,7 +311,7 @@ def _route_kernel(
         if TRUNCATE_WORDS:
             # Softmax probabilities span many binades but sit far apart relative to their size: drop the
             # key's low bits. Run K + 1 rounds; two adjacent winners with equal high bits are ambiguous.
-            fast = tl.where(ok2, (hi & (-BLOCK_W)) | inv[None, :], INT32_MIN)  # [BM, BW]
+            fast = tl.where(ok2, (tl.maximum(hi, TRUNC_FLOOR) & (-BLOCK_W)) | inv[None, :], INT32_MIN)
             ambiguous = tl.zeros([BLOCK_M], dtype=tl.int1)
             prev = tl.zeros([BLOCK_M], dtype=tl.int32)
             for i in tl.static_range(K + 1):
@@ -297,59 +320,104 @@ def _route_kernel(
                     ambiguous = ambiguous | ((best & (-BLOCK_W)) == (prev & (-BLOCK_W)))
                 if i < K:
                     ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None], ids_k)
-                    fast = tl.where(fast == best[:, None], INT32_MIN, fast)
+                    fast = tl.where(fast == best[:, None], MARK + i, fast)
                 prev = best
         else:
             # Sigmoid-like keys (+ bias) crowd near the top: keep every bit of the distance below the row's
             # best key (difference of order-preserving bits, in ulps), exact up to 2**31 / BLOCK_W - 1 ulps
             # (a binade for 256 lanes), clamped to 0 beyond. A K-th winner on the clamp is ambiguous.
-            span = (2147483648 // BLOCK_W) - 1
+            # Wide tiles (DIST_SHIFT > 0) drop the distance's low DIST_SHIFT bits so that the word still
+            # spans 2**23 ulps (sigmoid + bias keys of 512-1024 experts span more than 2**21 ulps: with
+            # the full distance most such rows fell back); then two adjacent winners among K + 1 rounds
+            # with equal distance bits (near-ties, the clamp, -inf) mark the row ambiguous.
+            span = ((2147483648 // BLOCK_W) << DIST_SHIFT) - 1
             hi_max = tl.max(hi, axis=1)  # [BM]
             base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)  # [BM]
-            dist_word = ((tl.maximum(hi, base[:, None]) - base[:, None]) << LANE_BITS) | inv[None, :]
+            dist = tl.maximum(hi, base[:, None]) - base[:, None]
+            if DIST_SHIFT > 0:
+                dist = dist >> DIST_SHIFT
+            dist_word = (dist << LANE_BITS) | inv[None, :]
             # Excluded lanes sit below every allowed one (negative, still by lane); padding lanes lowest.
             fast = tl.where(hi > INT32_MIN, dist_word, inv[None, :] - BLOCK_W)
             fast = tl.where(ok2, fast, INT32_MIN)  # [BM, BW]
-            for i in tl.static_range(K):
-                best = tl.max(fast, axis=1)  # [BM]
-                ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None], ids_k)
-                fast = tl.where(fast == best[:, None], INT32_MIN, fast)
-            ambiguous = best < BLOCK_W  # the K-th winner's distance clamped to 0
+            if DIST_SHIFT > 0:
+                ambiguous = tl.zeros([BLOCK_M], dtype=tl.int1)
+                prev = tl.zeros([BLOCK_M], dtype=tl.int32)
+                for i in tl.static_range(K + 1):
+                    best = tl.max(fast, axis=1)  # [BM]
+                    if i > 0:
+                        ambiguous = ambiguous | ((best >> LANE_BITS) == (prev >> LANE_BITS))
+                    if i < K:
+                        ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None],
+                                         ids_k)
+                        fast = tl.where(fast == best[:, None], MARK + i, fast)
+                    prev = best
+            else:
+                for i in tl.static_range(K):
+                    best = tl.max(fast, axis=1)  # [BM]
+                    ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None],
+                                     ids_k)
+                    fast = tl.where(fast == best[:, None], MARK + i, fast)
+                ambiguous = best < BLOCK_W  # the K-th winner's distance clamped to 0
+        rank_lane = tl.where((fast > INT32_MIN) & (fast < MARK + K), fast - MARK, -1)  # output column or -1
         if tl.max(ambiguous.to(tl.int32), axis=0) > 0:
             # Exact path (wide key range, -inf among the winners): one 64-bit max per round.
-            word = (hi.to(tl.int64) << 32) | inv[None, :].to(tl.int64)
+            word = (hi.to(tl.int64) << 32) | (inv[None, :] + LOW_PAD).to(tl.int64)
             word = tl.where(ok2, word, INT64_MIN)
             for i in tl.static_range(K):
                 best64 = tl.max(word, axis=1)  # [BM]
-                pick = (-best64.to(tl.int32)) + (BLOCK_W - 1)  # the low word is the inverted lane
+                pick = (-best64.to(tl.int32)) + (BLOCK_W - 1 + LOW_PAD)  # the low word is the inverted lane
                 ids_k = tl.where(kc[None, :] == i, pick[:, None], ids_k)
-                word = tl.where(word == best64[:, None], INT64_MIN, word)
+                word = tl.where(word == best64[:, None], MARK64 + i, word)
+            rank_lane = tl.where((word > INT64_MIN) & (word < MARK64 + K), (word - MARK64).to(tl.int32), -1)
         if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
             ids_k = (ids_k // BLOCK_GS) * GROUP_SIZE + ids_k % BLOCK_GS  # lane -> expert id
 
-    # Step 6: the weights from the unbiased scores, recomputed from a gather of the winners' logits.
-    xk = tl.load(
-        row_base[:, None] + ids_k.to(tl.int64) * logits_col_stride, mask=gmask, other=float("-inf")
-    ).to(tl.float32)  # [BM, BKC]
-    xk = _prologue(xk, logit_scale, softcap, HAS_SOFTCAP, ACCURATE)
-    xk = tl.where((xk != xk) | (xk == float("-inf")), float("-inf"), xk)
-    w = _score(xk, row_max[:, None], row_sum[:, None], SCORING, ACCURATE)
-    w = tl.where(gmask, w, 0.0)
-    if RENORMALIZE:  # step 7; shared columns are not in w yet
-        if RENORM_P_ONE:
-            norm = tl.sum(w, axis=1)
-        else:
-            norm = _pow(tl.sum(_pow(w, renorm_p, ACCURATE), axis=1), inv_renorm_p, ACCURATE)
-        if EPS_CLAMP:
-            denom = tl.maximum(norm, renorm_eps)
-        else:
-            denom = norm + renorm_eps
-        w = _div(w, denom.to(tl.float32)[:, None])
-    if HAS_EXPERT_SCALE:
-        scale = tl.load(expert_scale_ptr + ids_k.to(tl.int64) * expert_scale_stride, mask=gmask, other=1.0)
-        w = w * scale.to(tl.float32)
-    if APPLY_RSF:  # step 8, scale="in_weights"
-        w = w * rsf
+    if TILE_WEIGHTS:
+        # Steps 6-8 in the tile: the winners' scores are already in registers (s_lane), and each winning
+        # lane knows its column (rank_lane), so no second, dependent gather of the logits and no second
+        # scoring sit between the selection and the stores. Same arithmetic, in the same order, as the
+        # gather path below (only the row sum adds in another order).
+        sel = rank_lane >= 0
+        w_lane = tl.where(sel, s_lane, 0.0)
+        if RENORMALIZE:  # step 7, p = 1 only (the launcher sends p-norms down the gather path)
+            norm = tl.sum(w_lane, axis=1)
+            if EPS_CLAMP:
+                denom = tl.maximum(norm, renorm_eps)
+            else:
+                denom = norm + renorm_eps
+            w_lane = _div(w_lane, denom.to(tl.float32)[:, None])
+        if HAS_EXPERT_SCALE:
+            w_lane = w_lane * scale_lane
+        if APPLY_RSF:  # step 8, scale="in_weights"
+            w_lane = w_lane * rsf
+        w_lane = tl.where(live[:, None], w_lane, 0.0)
+        tl.store(weights_ptr + rows64[:, None] * (K + C) + rank_lane, w_lane, mask=row_ok[:, None] & sel)
+        w = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.float32)  # routed columns are written already
+    else:
+        # Step 6: the weights from the unbiased scores, recomputed from a gather of the winners' logits.
+        xk = tl.load(
+            row_base[:, None] + ids_k.to(tl.int64) * logits_col_stride, mask=gmask, other=float("-inf")
+        ).to(tl.float32)  # [BM, BKC]
+        xk = _prologue(xk, logit_scale, softcap, HAS_SOFTCAP, ACCURATE)
+        xk = tl.where((xk != xk) | (xk == float("-inf")), float("-inf"), xk)
+        w = _score(xk, row_max[:, None], row_sum[:, None], SCORING, ACCURATE)
+        w = tl.where(gmask, w, 0.0)
+        if RENORMALIZE:  # step 7; shared columns are not in w yet
+            if RENORM_P_ONE:
+                norm = tl.sum(w, axis=1)
+            else:
+                norm = _pow(tl.sum(_pow(w, renorm_p, ACCURATE), axis=1), inv_renorm_p, ACCURATE)
+            if EPS_CLAMP:
+                denom = tl.maximum(norm, renorm_eps)
+            else:
+                denom = norm + renorm_eps
+            w = _div(w, denom.to(tl.float32)[:, None])
+        if HAS_EXPERT_SCALE:
+            scale = tl.load(expert_scale_ptr + ids_k.to(tl.int64) * expert_scale_stride, mask=gmask, other=1.0)
+            w = w * scale.to(tl.float32)
+        if APPLY_RSF:  # step 8, scale="in_weights"
+            w = w * rsf
 
     if HAS_RECORDER:  # step 12: logical ids, before placement
         rec = tl.where(live[:, None], ids_k, -1)
@@ -389,7 +457,11 @@ def _route_kernel(
     out_w = tl.where(live[:, None], out_w, 0.0)
     out_mask = row_ok[:, None] & (kc[None, :] < K + C)
     offset = rows64[:, None] * (K + C) + kc[None, :]
-    tl.store(weights_ptr + offset, out_w, mask=out_mask)
+    if TILE_WEIGHTS:
+        if C > 0:
+            tl.store(weights_ptr + offset, out_w, mask=out_mask & (kc[None, :] >= K))
+    else:
+        tl.store(weights_ptr + offset, out_w, mask=out_mask)
     tl.store(ids_ptr + offset, out_ids, mask=out_mask)
     if HAS_PACKED:  # (id << 16) | bf16 bits of the weight, the FlashInfer routed-MoE word
         # fp32 -> bf16 round-to-nearest-even by integer arithmetic (weights are finite and >= 0): the
@@ -403,11 +475,16 @@ def _route_kernel(
 def _floor_kernel(
     logits_ptr, logits_row_stride, weights_ptr, ids_ptr, num_tokens,
     W: tl.constexpr, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_K: tl.constexpr,
+    USE_PDL: tl.constexpr = False,
 ):
     """The benchmark's floor: read each logit once, write K weights and K ids per row, nothing else.
 
-    The row max feeds the stores so that the compiler cannot drop the loads.
+    The row max feeds the stores so that the compiler cannot drop the loads. USE_PDL: launched like the
+    routers (programmatic dependent launch), so that the floor hides its launch the same way.
     """
+    if USE_PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     row_ok = rows < num_tokens
     c = tl.arange(0, BLOCK_W)
