@@ -301,9 +301,15 @@ def test_weights_from_tile_and_from_gather(tile_weights, monkeypatch):
                  num_valid_tokens=T - 2, **kw)
 
 
-def test_wide_rows_near_ties_and_wide_ranges():
-    """Tiles past 256 lanes drop low bits of the distance word: keys a few ulps apart, equal keys and keys
-    spread past the word's range must all take the exact path and route like the reference."""
+@pytest.mark.parametrize("min_lane_bits", [None, 6])
+def test_wide_rows_near_ties_and_wide_ranges(min_lane_bits, monkeypatch):
+    """Tiles from 1024 lanes (or from 64, forced) drop low bits of the distance word: keys a few ulps apart,
+    equal keys and keys spread past the word's range must all take the exact path and route like the
+    reference."""
+    import moegate.kernels.router as kr
+
+    if min_lane_bits is not None:
+        monkeypatch.setattr(kr, "DIST_SHIFT_MIN_LANE_BITS", min_lane_bits)
     E = 300 if not FULL else 896
     K = 6 if not FULL else 16
     g = torch.Generator().manual_seed(11)

@@ -28,15 +28,27 @@ MAX_PACKED_ID = 32767  # packed words hold id << 16 in an int32
 # (block_m, num_warps) forced by the benchmark's sweep; None means the heuristic below.
 launch_override: tuple[int, int] | None = None
 # Forced by the tests and the benchmark's A/B: weights from the tile (True) or from the gather (False);
-# None means the heuristic (_tile_weights). use_pdl_override likewise (None: PDL on sm_90 and newer).
+# None means the heuristic below. use_pdl_override likewise (None: PDL on sm_90+ up to PDL_MAX_TOKENS).
 tile_weights_override: bool | None = None
 use_pdl_override: bool | None = None
-# Below this many rows a launch is latency-bound: the tile's weights save the dependent gather and the
-# second scoring. Above it the launch is bound by instructions, and the gather path has fewer (the tile's
-# epilogue works on every lane: +75 SASS instructions a DeepSeek-V3 row at one row a warp, +225 at two,
-# +200 at 512 lanes a warp).
+# Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
+# H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
+# wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
+# 4.49): the tile's epilogue works on every lane, the gather on K of them. Large launches are bound by
+# instructions and keep the gather too.
 TILE_WEIGHTS_MAX_TOKENS = 2048
-TILE_WEIGHTS_MAX_LANES_PER_THREAD = 8
+TILE_WEIGHTS_MAX_LANES_PER_THREAD = 1
+# Programmatic dependent launch measured 0.3-0.65 us faster at T=1 and 0.0-0.3 us at T=4096 (run 4's A/B);
+# past one wave of programs it is left off (run 4 measured Qwen3 at T >= 8192 1.3-1.8x slower than run 3
+# with nearly the same SASS; PDL is the likely cause, not confirmed).
+PDL_MAX_TOKENS = 4096
+# Distance words drop low ulp bits from 1024 lanes up (896 experts: 25% of rows on the exact path without,
+# 0.1% with; run 4: 532 -> 443 us at T=65536), and at 512 lanes for K >= 16, where the K-th winner sits
+# far below the best (512 top-22, run 4: the exact-path spikes of run 3 gone, 10.45 -> 4.38 us at T=64,
+# 17.5 -> 14.2 at T=4096). The shift costs an extra round, 1/K of the selection: Kimi-K2 (512 lanes,
+# top-8) measured 12-20% slower with it, so it keeps the exact distance.
+DIST_SHIFT_MIN_LANE_BITS = 10
+DIST_SHIFT_512_MIN_K = 16
 
 
 class _Spec(NamedTuple):
@@ -108,11 +120,13 @@ def _pdl_capable(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
-def _use_pdl(device: torch.device) -> bool:
+def _use_pdl(device: torch.device, num_tokens: int) -> bool:
     if _interpreting() or device.type != "cuda":
         return False
     if use_pdl_override is not None:
         return use_pdl_override
+    if num_tokens > PDL_MAX_TOKENS:
+        return False
     return _pdl_capable(device.index if device.index is not None else torch.cuda.current_device())
 
 
@@ -141,7 +155,7 @@ def _launch(
         else:
             per_thread = spec.block_m * block_g * block_gs // (32 * spec.num_warps)
             tile_weights = T <= TILE_WEIGHTS_MAX_TOKENS and per_thread <= TILE_WEIGHTS_MAX_LANES_PER_THREAD
-    use_pdl = _use_pdl(logits.device)
+    use_pdl = _use_pdl(logits.device, T)
     extra = {"launch_pdl": True} if use_pdl else {}
     rk._route_kernel[grid](
         logits, logits.stride(0), logits.stride(1),
@@ -171,7 +185,8 @@ def _launch(
         LANE_BITS=lane_bits, TRUNCATE_WORDS=select_truncated,
         BLOCK_G=block_g, BLOCK_GS=block_gs,
         BLOCK_KC=triton.next_power_of_2(spec.K + spec.C),
-        DIST_SHIFT=max(0, lane_bits - 8),  # distance words span 2**23 ulps whatever the width
+        DIST_SHIFT=lane_bits - 8 if (lane_bits >= DIST_SHIFT_MIN_LANE_BITS
+                                     or (lane_bits == 9 and spec.K >= DIST_SHIFT_512_MIN_K)) else 0,
         TILE_WEIGHTS=tile_weights, USE_PDL=use_pdl, ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )

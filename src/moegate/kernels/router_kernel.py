@@ -15,12 +15,12 @@ group_fill="exclude") get ``hi`` = INT32_MIN, below every real key including -in
 order "allowed experts by key, then the rest" falls out of the same max. A winner is replaced by
 MARK + its round, so after the rounds every lane knows its output column.
 
-Weights. At small T (TILE_WEIGHTS) the winning lanes store their own scores, already in registers: no
-second, dependent gather. At large T the launch is bound by instructions, and the K winners' logits
-are gathered again (L1/L2 hits) and pushed through the very same arithmetic as the tile, so they
-equal the tile's scores bit for bit, on K lanes instead of all of them.
+Weights. For narrow rows at small T (TILE_WEIGHTS) the winning lanes store their own scores, already in
+registers: no second, dependent gather. Otherwise the K winners' logits are gathered again (L1/L2
+hits) and pushed through the very same arithmetic as the tile, so they equal the tile's scores bit for
+bit, on K lanes instead of all of them (measured faster for rows wider than a warp).
 
-Launch. On sm_90+ the kernel is launched with programmatic dependent launch (as SGLang's router is):
+Launch. On sm_90+ small launches use programmatic dependent launch (as SGLang's router does):
 ``gdc_wait`` before the first read, so the launch overlaps the previous kernel's tail.
 
 Numerics. Everything is fp32 (SPEC.md). On the GPU, exp/log1p/tanh/pow come from libdevice and
