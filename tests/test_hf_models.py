@@ -640,3 +640,11 @@ def test_dots3_vision_blocks_need_a_layer():
     assert [from_hf_config(saved, layer=i) for i in range(25, 42)] == [from_hf_config(cfg, layer=i)
                                                                       for i in range(25, 42)]
     assert from_hf_config({"model_type": "dots3_note_vision_encoder"}, layer=41) == from_hf_config(cfg, layer=41)
+
+
+def test_cohere2_average_scales_routed_and_shared_experts_by_half():
+    base = {"model_type": "cohere2_moe", "num_experts": 8, "num_experts_per_tok": 2, "num_shared_experts": 1}
+    avg = from_hf_config({**base, "shared_expert_combination_strategy": "average"})
+    assert (avg.routed_scaling_factor, avg.shared_expert_scale) == (0.5, 0.5)
+    summed = from_hf_config({**base, "shared_expert_combination_strategy": "sum"})
+    assert (summed.routed_scaling_factor, summed.shared_expert_scale) == (1.0, 1.0)

@@ -127,6 +127,7 @@ def _configs():
     return [
         ("softmax", RouterConfig(E, K), "default"),
         ("softmax-raw", RouterConfig(E, K, renormalize=False), "default"),
+        ("shared-scale-half", RouterConfig(E, K, routed_scaling_factor=0.5, shared_expert_scale=0.5), "default"),
         ("sigmoid-bias-rsf", RouterConfig(E, K, scoring="sigmoid", has_correction_bias=True,
                                           routed_scaling_factor=2.5), "default"),
         ("sqrtsoftplus-bias", RouterConfig(E, K - 2, scoring="sqrtsoftplus", has_correction_bias=True,

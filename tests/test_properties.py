@@ -38,6 +38,7 @@ def configs(draw):
         routing=routing,
         num_zero_experts=zero,
         renorm_p=draw(st.sampled_from([1.0, 1.0, 2.0])),
+        shared_expert_scale=draw(st.sampled_from([1.0, 1.0, 0.5])),
         has_expert_scale=draw(st.booleans()) if zero == 0 else False,
     )
 

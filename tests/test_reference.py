@@ -206,6 +206,18 @@ def test_rsf_applied_once_in_weights_or_not_at_all_on_output():
     assert float(w_out[0, 2]) == pytest.approx(1 / 2.5, rel=1e-7)
 
 
+def test_shared_expert_scale_is_the_shared_columns_net_factor():
+    # Cohere2-MoE "average": (routed + shared) / 2, i.e. rsf = 1/2 and shared_expert_scale = 1/2.
+    cfg = RouterConfig(num_experts=4, top_k=2, renorm_eps=0.0, routed_scaling_factor=0.5, shared_expert_scale=0.5,
+                       num_shared_experts=1)
+    w, _ = r([[1.0, 2.0, 3.0, 0.0]], cfg, ExpertLayout(shared_slots="global"))
+    assert float(w[0, :2].sum()) == pytest.approx(0.5, rel=1e-6) and float(w[0, 2]) == 0.5
+    w, _ = r([[1.0, 2.0, 3.0, 0.0]], cfg, ExpertLayout(shared_slots="per_rank", scale="on_output"))
+    assert float(w[0, :2].sum()) == pytest.approx(1.0, rel=1e-6) and float(w[0, 2]) == 1.0
+    with pytest.raises(ValueError, match="shared_expert_scale"):
+        cfg.replace(shared_expert_scale=0.0)
+
+
 def test_global_shared_ids_follow_physical_slots():
     cfg = RouterConfig(num_experts=4, top_k=2, num_shared_experts=2)
     w, ids = r([[0.0, 1.0, 2.0, 3.0]], cfg, ExpertLayout(shared_slots="global"))

@@ -8,7 +8,7 @@ import torch
 
 from moegate.config import RouterConfig
 from moegate.layout import ExpertLayout
-from moegate.reference import route_reference, scores_and_keys, valid_rows
+from moegate.reference import route_reference, scores_and_keys, shared_columns, valid_rows
 
 
 class Violation(NamedTuple):
@@ -74,7 +74,7 @@ def check_routing(
     """The invariants that ``(weights, ids)`` from a router break, as a list (empty when all hold).
 
     Checks, for each live row: exactly K distinct routed experts inside the layout's id space; S shared
-    columns with the right ids and weight (1, or 1/rsf with scale="on_output"); finite weights >= 0;
+    columns with the right ids and weight (shared_expert_scale, divided by rsf with scale="on_output"); finite weights >= 0;
     with renormalize, routed weights summing to 1 (rsf when folded); padded rows all -1 / 0. Given
     ``logits`` (and ``bias``, ...), it also recomputes the selection with the fp32 reference: the same experts
     (up to near-ties within ``rtol``) and the same weights (``rtol``/``atol``). With hash routing and
@@ -126,7 +126,8 @@ def check_routing(
         add(t, -1, "distinct", f"routed experts repeat: logical ids {logical[t].tolist()}")
 
     if C:
-        expected_ids, expected_w = _shared_expectation(config, layout, home_rank)
+        shared_ids, shared_w = shared_columns(1, config, layout, home_rank, torch.device("cpu"), torch.float64)
+        expected_ids, expected_w = shared_ids[0].tolist(), float(shared_w[0, 0])
         for j in range(C):
             col = K + j
             wrong_id = live & (ids64[:, col] != expected_ids[j])
@@ -135,7 +136,8 @@ def check_routing(
             wrong_w = live & ((w64[:, col] - expected_w).abs() > atol + rtol * expected_w)
             for t in torch.nonzero(wrong_w).flatten().tolist():
                 add(t, col, "shared weight", f"shared weight must be {expected_w:.8g} "
-                    f"({'1' if layout.scale == 'in_weights' else '1/rsf'}), got {float(w64[t, col]):.8g}")
+                    f"({'shared_expert_scale' if layout.scale == 'in_weights' else 'shared_expert_scale / rsf'}), "
+                    f"got {float(w64[t, col]):.8g}")
 
     if config.renormalize and expert_scale is None:
         target = config.routed_scaling_factor if layout.scale == "in_weights" else 1.0
@@ -166,16 +168,6 @@ def check_routing(
         _check_against_reference(found, add, logits, bias, token_ids, hash_table, expert_scale, config, layout,
                                  live, logical, w64, rtol, atol)
     return _finish(found, strict)
-
-
-def _shared_expectation(config: RouterConfig, layout: ExpertLayout, home_rank: int) -> tuple[list[int], float]:
-    E, S = config.num_experts, config.num_shared_experts
-    P, L = layout.num_physical(E), layout.slots_per_rank(E)
-    if layout.shared_slots == "global":
-        ids = [P + j for j in range(S)]
-    else:
-        ids = [home_rank * (L + S) + L + j for j in range(S)]
-    return ids, (1.0 if layout.scale == "in_weights" else 1.0 / config.routed_scaling_factor)
 
 
 def _check_against_reference(found, add, logits, bias, token_ids, hash_table, expert_scale, config, layout, live,

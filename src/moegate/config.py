@@ -67,6 +67,10 @@ class RouterConfig:
     has_expert_scale : bool
         Each routed weight is multiplied by a per-expert scale after step 7 (Gemma4's ``per_expert_scale``);
         route() needs ``expert_scale=[E]``.
+    shared_expert_scale : float
+        The net factor (> 0) on the shared experts' output, 1.0 for almost every model; Cohere2-MoE's
+        "average" combination gives 0.5. A shared column's weight is this factor (divided by rsf with
+        scale="on_output", where the caller multiplies the whole output by rsf).
     num_zero_experts : int
         Z identity ("zero") experts scored and selected together with the E real ones (LongCat-Flash):
         logits are [T, E + Z] and ids E .. E+Z-1 name the zero experts. They need the default layout.
@@ -92,6 +96,7 @@ class RouterConfig:
     routing: str = "topk"
     has_expert_scale: bool = False
     num_zero_experts: int = 0
+    shared_expert_scale: float = 1.0
 
     def __post_init__(self) -> None:
         _check_router_config(self)
@@ -133,6 +138,7 @@ def _check_router_config(c: RouterConfig) -> None:
     _check_positive_float("renorm_p", c.renorm_p)
     _check_positive_float("routed_scaling_factor", c.routed_scaling_factor)
     _check_int("num_shared_experts", c.num_shared_experts, 0)
+    _check_positive_float("shared_expert_scale", c.shared_expert_scale)
 
     width = c.num_scored
     if c.top_k > width:

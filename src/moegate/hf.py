@@ -191,16 +191,16 @@ def _cohere2(v):
     fn = v.get("expert_selection_fn", "softmax")
     S = _shared(v, "num_shared_experts")
     strategy = v.get("shared_expert_combination_strategy", "sum")
-    # "average": the block returns (routed + shared) / 2, so the routed weights carry a net 1/2.
+    # "average": the block returns (routed + shared) / 2: routed weights and shared experts carry a net 1/2.
     rsf = 0.5 if (S > 0 and strategy == "average") else 1.0
     E, K = v.need("num_experts", 8), v.need("num_experts_per_tok", 2)
     if fn == "softmax":
         return RouterConfig(num_experts=E, top_k=K, scoring="softmax", selection="logits", renorm_eps=0.0,
-                            routed_scaling_factor=rsf, num_shared_experts=S)
+                            routed_scaling_factor=rsf, num_shared_experts=S, shared_expert_scale=rsf)
     if fn == "sigmoid":
         return RouterConfig(num_experts=E, top_k=K, scoring="sigmoid", selection="logits",
                             renormalize=bool(v.get("norm_topk_prob", True)), renorm_eps=0.0,
-                            routed_scaling_factor=rsf, num_shared_experts=S)
+                            routed_scaling_factor=rsf, num_shared_experts=S, shared_expert_scale=rsf)
     raise ValueError(f"cohere2_moe: expert_selection_fn must be 'softmax' or 'sigmoid', got {fn!r}")
 
 
@@ -567,7 +567,7 @@ FAMILIES: dict[str, _Family] = {
         "TK-SM", _topk_softmax("num_local_experts", "num_experts_per_tok", 128, 4), _LOCAL, layers_default=8,
         note="router divides by k, block multiplies by k: net factor 1; the gate's bias is part of the logits"),
     "cohere2_moe": _Family("TK-SM / SG", _cohere2, {}, _first_k_dense(0), 40,
-                           note="'average' shared combination: routed weights x 1/2, shared expert x 1/2 in the block"),
+                           note="'average' shared combination: rsf 1/2 and shared_expert_scale 1/2"),
     "llama4_text": _Family("SG (top-k on logits, no renorm)", _llama4, {}, _llama4_layers, 48),
     "flint": _Family("SG", _flint, {}, _sparse_step((0, 1)), 49),
     "deepseek_v2": _Family("DS2", _deepseek_v2({"E": 64, "S": 2}), _ROUTED_NE, _first_k_dense(0), 32,

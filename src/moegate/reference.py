@@ -145,10 +145,17 @@ def shared_columns(
     else:
         L = layout.slots_per_rank(config.num_experts)
         cols = home_rank * (L + config.num_shared_experts) + L + j
-    w = 1.0 if layout.scale == "in_weights" else 1.0 / config.routed_scaling_factor
+    w = shared_weight(config, layout)
     ids = cols.unsqueeze(0).expand(T, C)  # [T, C]
     weights = torch.full((T, C), w, dtype=dtype, device=device)  # [T, C]
     return ids, weights
+
+
+def shared_weight(config: RouterConfig, layout: ExpertLayout) -> float:
+    """Step 10's shared-column weight: the shared experts' net factor, contributed exactly once."""
+    if layout.scale == "in_weights":
+        return config.shared_expert_scale
+    return config.shared_expert_scale / config.routed_scaling_factor
 
 
 def valid_rows(T: int, num_valid_tokens, device: torch.device) -> torch.Tensor:

@@ -16,6 +16,7 @@ import triton
 from moegate.config import RouterConfig
 from moegate.kernels import router_kernel as rk
 from moegate.layout import ExpertLayout
+from moegate.reference import shared_weight
 
 # What one launch can take. The tile of a row lives in registers, [groups, experts per group] padded
 # to powers of two; past MAX_TILE lanes a row no longer fits the 16 warps a program may use.
@@ -366,7 +367,7 @@ def route_triton(
     params = [
         float(config.logit_scale), float(config.softcap or 1.0), float(config.renorm_eps),
         float(config.renorm_p), 1.0 / float(config.renorm_p), rsf,
-        1.0 if layout.scale == "in_weights" else 1.0 / rsf,
+        shared_weight(config, layout),
     ]
     torch.ops.moegate.route_fused(
         logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
