@@ -74,8 +74,9 @@ def check_routing(
     """The invariants that ``(weights, ids)`` from a router break, as a list (empty when all hold).
 
     Checks, for each live row: exactly K distinct routed experts inside the layout's id space; S shared
-    columns with the right ids and weight (shared_expert_scale, divided by rsf with scale="on_output"); finite weights >= 0;
-    with renormalize, routed weights summing to 1 (rsf when folded); padded rows all -1 / 0. Given
+    columns with the right ids and weight (shared_expert_scale, divided by rsf with scale="on_output");
+    finite weights >= 0; with renormalize, routed weights summing to 1 (rsf when folded); padded rows all
+    -1 / 0. Given
     ``logits`` (and ``bias``, ...), it also recomputes the selection with the fp32 reference: the same experts
     (up to near-ties within ``rtol``) and the same weights (``rtol``/``atol``). With hash routing and
     ``token_ids``/``hash_table`` it checks the ids against the table.
