@@ -461,3 +461,15 @@ def test_synthetic_inputs_cover_bias_scale_and_hash():
     assert torch.equal(ids.long(), table.long()[inputs["token_ids"]])
     with pytest.raises(ValueError, match="skew"):
         synthetic_logits(4, 4, skew=-1.0)
+
+
+def test_bench_table_advances_its_progress_bar_once_per_row(monkeypatch):
+    import moegate.bench as bench
+
+    monkeypatch.setattr(bench, "_providers", lambda config, dtype, T, sglang, want: {"moegate": None, "floor": None})
+    monkeypatch.setattr(bench, "_time", lambda fn, rep: 2.0)
+    ticks = []
+    rows = bench._bench_rows(["mixtral", "qwen3"], [1, 16, 64], set(), 1, None, set(), lambda: ticks.append(1))
+    assert len(rows) == len(ticks) == 6
+    assert [(r["shape"], r["T"]) for r in rows][:2] == [("mixtral", 1), ("mixtral", 16)]
+    assert bench.bench(["mixtral"], [1], set(), 1, None, set())[0]["moegate"] == 2.0

@@ -126,6 +126,14 @@ def _geomean(xs):
 
 
 def bench(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes):
+    from moegate.cli import progress_bar
+
+    with progress_bar(unit="shapes x T") as progress:
+        task = progress.add_task("bench", total=len(shapes) * len(tokens))
+        return _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, lambda: progress.advance(task))
+
+
+def _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, advance):
     rows = []
     for name in shapes:
         config, dtype = SHAPES[name]
@@ -145,6 +153,7 @@ def bench(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes):
             row["GB/s"] = nbytes / (row["moegate"] * 1e-6) / 1e9 if row.get("moegate") else None
             rows.append(row)
             print(_format_row(row), flush=True)
+            advance()
     return rows
 
 
