@@ -29,6 +29,11 @@ def test_load_rejects_files_that_are_not_captures(tmp_path):
         RoutingRecorder.load(junk)
     from safetensors.torch import save_file
 
+    no_meta = tmp_path / "no_meta.safetensors"
+    save_file({"ids": torch.zeros(1, 2, 2, dtype=torch.int32), "num_tokens": torch.zeros(1, dtype=torch.int64)},
+              str(no_meta), {"format": "moegate.routing/1"})
+    with pytest.raises(ValueError, match="num_experts"):
+        RoutingRecorder.load(no_meta)
     other = tmp_path / "other.safetensors"
     save_file({"weights": torch.zeros(2)}, str(other))
     with pytest.raises(ValueError, match="not a moegate routing capture"):

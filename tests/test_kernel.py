@@ -235,6 +235,10 @@ def test_nan_and_neg_inf_rows():
         RouterConfig(E, 4, scoring="sqrtsoftplus", n_group=4, topk_group=2),
         RouterConfig(E, 4, scoring="sigmoid", n_group=4, topk_group=2, group_fill="zero", softcap=5.0),
         RouterConfig(E, 4, selection="logits", renormalize=False),
+        RouterConfig(E, 4, renorm_eps=0.0),  # 0 / 0 on the all-NaN row must give 0, not NaN
+        RouterConfig(E, 4, scoring="sigmoid", renorm_eps=0.0, renorm_eps_mode="clamp", renorm_p=2.0),
+        RouterConfig(E, 4, scoring="sigmoid", selection="logits", n_group=4, topk_group=1, group_fill="zero",
+                     group_score="max", renorm_eps=0.0),  # dead experts of zeroed groups stay below
     ):
         logits = torch.rand(9, E, generator=g) * 4
         logits[1, ::3] = float("nan")
@@ -370,6 +374,28 @@ def test_hash_routing():
             logits = tie_free_logits(T, 32, torch.bfloat16, seed=T)
             kw = extras(config, T, seed=T)
             run_both(logits, config, layout, num_valid_tokens=T - 1, **kw)
+
+
+def test_hash_token_outside_the_table_makes_a_padded_row():
+    """On a GPU route() cannot check token ids without a sync: the kernel must not read out of bounds and
+    writes such a row as padding, like the reference (route() itself rejects them for CPU tensors)."""
+    from moegate.kernels.router import route_triton
+    from moegate.reference import route_reference
+
+    config = RouterConfig(32, 4, routing="hash", num_shared_experts=1)
+    layout = ExpertLayout(shared_slots="global")
+    T = 6
+    kw = extras(config, T)
+    vocab = kw["hash_table"].shape[0]
+    kw["token_ids"] = torch.tensor([0, vocab, 1, -1, 2, vocab + 5], device=DEVICE)
+    args = dict(bias=None, num_valid_tokens=None, home_rank=0, expert_scale=None, recorder=None, layer=0, **kw)
+    logits = tie_free_logits(T, 32)
+    got = route_triton(logits, config, layout, out=poisoned_out(T, 5), **args)
+    want = route_reference(logits, config, layout, out=None, **args)
+    assert torch.equal(got[1], want[1])
+    torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=0)
+    assert (got[1][[1, 3, 5]] == -1).all() and (got[0][[1, 3, 5]] == 0).all()
+    assert (got[1][[0, 2, 4]] >= 0).all()
 
 
 def test_packed_output():

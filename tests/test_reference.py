@@ -160,6 +160,14 @@ def test_group_fill_zero_lets_dropped_experts_compete_with_negative_keys():
     assert ids.tolist() == [[0, 1]]
 
 
+def test_zero_fill_keeps_dead_experts_below_every_key():
+    # Group 0 kept (max -1); group 1 dropped: its live experts' keys become 0.0 and win, its NaN stays -inf.
+    cfg = RouterConfig(num_experts=8, top_k=3, scoring="sigmoid", selection="logits", n_group=2, topk_group=1,
+                       group_score="max", group_fill="zero", renormalize=False)
+    _, ids = r([[-1.0, -2.0, -3.0, -4.0, NAN, -9.0, -9.0, -9.0]], cfg)
+    assert ids.tolist() == [[5, 6, 7]]
+
+
 def test_exclude_never_selects_dropped_groups_even_below_minus_inf():
     cfg = RouterConfig(num_experts=6, top_k=3, scoring="sigmoid", n_group=2, topk_group=1, renormalize=False)
     # Group 1 wins on its top-2 sum; its third expert is NaN (key -inf), yet it beats the dropped group 0.

@@ -106,6 +106,11 @@ def call(**kw):
         (dict(recorder=RoutingRecorder(1, 3, 2, 8)), ValueError, "max_tokens"),
         (dict(recorder=RoutingRecorder(1, 8, 3, 8)), ValueError, "top_k"),
         (dict(recorder=RoutingRecorder(1, 8, 2, 8), layer=1), ValueError, "layer"),
+        (dict(recorder=RoutingRecorder(1, 8, 2, 7)), ValueError, "num_experts=7"),
+        (dict(recorder=object()), TypeError, "recorder"),
+        (dict(layer=-1), ValueError, "layer"),
+        (dict(config=CFG.replace(routing="hash"), token_ids=torch.tensor([0, 2, 1, 0]),
+              hash_table=torch.tensor([[3, 1], [2, 0]])), ValueError, "token_ids"),
         (dict(config=CFG.replace(has_expert_scale=True)), ValueError, "expert_scale"),
         (dict(expert_scale=torch.ones(8)), ValueError, "expert_scale"),
         (dict(layout=ExpertLayout(placement=ExpertPlacement((0, 1, 2), 3))), ValueError, "placement"),
@@ -133,6 +138,13 @@ def test_hash_table_is_checked_once_and_again_after_an_inplace_change():
     table[1, 1] = 2  # now repeats within a row
     with pytest.raises(ValueError, match="repeats"):
         call(config=cfg, token_ids=tids, hash_table=table)
+
+
+def test_padded_rows_may_hold_any_token_id():
+    cfg = RouterConfig(num_experts=8, top_k=2, routing="hash")
+    w, ids = call(config=cfg, token_ids=torch.tensor([0, 1, 99, -5]), hash_table=torch.tensor([[3, 1], [2, 0]]),
+                  num_valid_tokens=2)
+    assert ids[:2].tolist() == [[3, 1], [2, 0]] and (ids[2:] == -1).all()
 
 
 def test_zero_experts_need_the_default_layout():

@@ -141,6 +141,21 @@ def _check_token_ids(token_ids, num_tokens: int, device: torch.device) -> None:
     _check_same_device("token_ids", token_ids, device)
 
 
+def _check_token_range(token_ids: torch.Tensor, vocab: int, num_valid_tokens) -> None:
+    """Live rows' token ids index the hash table. Checked only for CPU tensors: on a GPU it would synchronise
+    (there, such a row is written as padding)."""
+    if token_ids.device.type != "cpu" or token_ids.numel() == 0:
+        return
+    live = token_ids
+    if num_valid_tokens is not None:
+        n = int(num_valid_tokens.reshape(-1)[0]) if isinstance(num_valid_tokens, torch.Tensor) else num_valid_tokens
+        live = token_ids[: max(n, 0)]
+    bad = (live < 0) | (live >= vocab)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(f"token_ids[{row}] = {int(live[row])} is outside the hash table's rows [0, {vocab})")
+
+
 # Tables already validated, so that a CUDA table is copied to the host once, not on every call.
 # Keyed by id(); the weak reference tells a live table from a new one that reuses a dead one's id.
 _CHECKED_TABLES: dict[int, tuple[weakref.ref, tuple]] = {}

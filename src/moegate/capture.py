@@ -66,11 +66,17 @@ class RoutingRecorder:
     def top_k(self) -> int:
         return self.ids.shape[2]
 
-    def check_batch(self, layer: int, num_tokens: int, top_k: int, device: torch.device) -> None:
-        """Raise ValueError unless a [num_tokens, top_k] batch on ``device`` fits ``layer``."""
+    def check_batch(self, layer: int, num_tokens: int, top_k: int, num_ids: int, device: torch.device) -> None:
+        """Raise ValueError unless a [num_tokens, top_k] batch of ids in [0, num_ids) on ``device`` fits
+        ``layer``: an id is never silently wrapped or recorded under the wrong num_experts."""
         _check_int("layer", layer, 0, self.num_layers - 1)
         if top_k != self.top_k:
             raise ValueError(f"recorder has top_k={self.top_k}, but the config routes top_k={top_k}")
+        if num_ids > self.num_experts:
+            raise ValueError(
+                f"recorder was made for num_experts={self.num_experts}, but the config routes ids up to "
+                f"{num_ids - 1} (num_experts + num_zero_experts = {num_ids})"
+            )
         if num_tokens > self.max_tokens:
             raise ValueError(
                 f"recorder holds max_tokens={self.max_tokens} rows, but the batch has T={num_tokens}; "
@@ -116,8 +122,12 @@ class RoutingRecorder:
                 f"{path}: ids must be [layers, max_tokens, top_k] int16/int32 and num_tokens [layers], got "
                 f"{tuple(ids.shape)} {ids.dtype} and {tuple(num_tokens.shape)}"
             )
+        try:
+            num_experts = int(meta["num_experts"])
+        except (KeyError, ValueError):
+            raise ValueError(f"{path}: metadata num_experts missing or not an int ({json.dumps(meta)})") from None
         rec = cls.__new__(cls)
-        rec.num_experts = int(meta["num_experts"])
+        rec.num_experts = num_experts
         rec.ids = ids.to(device)
         rec.num_tokens = num_tokens.to(device=device, dtype=torch.int64)
         return rec

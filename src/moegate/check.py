@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import torch
 
+from moegate._checks import _check_bias, _check_logits
 from moegate.config import RouterConfig
 from moegate.layout import ExpertLayout
 from moegate.reference import route_reference, scores_and_keys, shared_columns, valid_rows
@@ -85,6 +86,9 @@ def check_routing(
     """
     layout = layout or ExpertLayout()
     found: list[Violation] = []
+    if logits is not None:
+        _check_logits(logits, config.num_scored)
+        _check_bias(bias, config.has_correction_bias, config.num_scored, logits.device)
 
     def add(row: int, col: int, what: str, why: str) -> None:
         found.append(Violation(int(row), int(col), what, why))
@@ -160,8 +164,12 @@ def check_routing(
                 f"(norm p={config.renorm_p}), got {float(norm[t]) * target:.8g}")
 
     if config.routing == "hash" and token_ids is not None and hash_table is not None:
-        expected = hash_table.detach().cpu().long()[token_ids.detach().cpu().long().clamp(min=0)]
-        wrong = live.unsqueeze(1) & (logical != expected)
+        table, tid = hash_table.detach().cpu().long(), token_ids.detach().cpu().long()
+        in_table = (tid >= 0) & (tid < table.shape[0])
+        for t in torch.nonzero(live & ~in_table).flatten().tolist():
+            add(t, -1, "hash ids", f"token id {int(tid[t])} is outside the hash table's rows [0, {table.shape[0]})")
+        expected = table[torch.where(in_table, tid, 0)]
+        wrong = (live & in_table).unsqueeze(1) & (logical != expected)
         for t, col in torch.nonzero(wrong).tolist():
             add(t, col, "hash ids", f"hash table gives expert {int(expected[t, col])}, got {int(logical[t, col])}")
 

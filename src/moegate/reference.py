@@ -73,7 +73,8 @@ def select_topk(key: torch.Tensor, config: RouterConfig) -> torch.Tensor:
         kept.scatter_(1, group_order, True)  # [T, G]
         kept = kept.repeat_interleave(config.group_size, dim=1)  # [T, W]
         if config.group_fill == "zero":
-            key = torch.where(kept, key, torch.zeros_like(key))
+            # Dropped experts' keys become 0.0; dead ones (NaN / -inf logits) stay -inf, below every key.
+            key = torch.where(kept | (key == float("-inf")), key, torch.zeros_like(key))
         else:
             allowed = kept
     return _stable_order(key, allowed)[:, : config.top_k]  # [T, K]
@@ -193,14 +194,17 @@ def route_reference(
     T = logits.shape[0]
     device = logits.device
     scores, key = scores_and_keys(logits, config, bias, dtype)  # [T, W], [T, W]
+    valid = valid_rows(T, num_valid_tokens, device)  # [T, 1]
     if config.routing == "hash":
-        live = valid_rows(T, num_valid_tokens, device).squeeze(1)  # [T]
-        tid = torch.where(live, token_ids.long(), torch.zeros_like(token_ids, dtype=torch.long))
+        # route() rejects token ids outside the table on the host (CPU tensors); on a device, where that
+        # check would synchronise, such a row is written as padding, never read out of bounds.
+        tid = token_ids.long()  # [T]
+        valid = valid & ((tid >= 0) & (tid < hash_table.shape[0])).unsqueeze(1)
+        tid = torch.where(valid.squeeze(1), tid, torch.zeros_like(tid))
         ids = hash_table.long()[tid]  # [T, K]
     else:
         ids = select_topk(key, config)  # [T, K]
     weights = routed_weights(scores, ids, config, layout, expert_scale)  # [T, K]
-    valid = valid_rows(T, num_valid_tokens, device)  # [T, 1]
     if recorder is not None:
         recorder.record(layer, torch.where(valid, ids, -1))
     placed = place(ids, config, layout, home_rank)  # [T, K]

@@ -17,7 +17,9 @@ from moegate._checks import (
     _check_num_valid_tokens,
     _check_out,
     _check_token_ids,
+    _check_token_range,
 )
+from moegate.capture import RoutingRecorder
 from moegate.config import RouterConfig
 from moegate.layout import ExpertLayout, _check_layout_for
 from moegate.reference import route_reference
@@ -52,11 +54,14 @@ def _check_route_args(
     if config.routing == "hash":
         _check_token_ids(token_ids, T, device)
         _check_hash_table(hash_table, config.num_experts, config.top_k, device)
+        _check_token_range(token_ids, hash_table.shape[0], num_valid_tokens)
     elif token_ids is not None or hash_table is not None:
         raise ValueError("token_ids/hash_table are only for routing='hash'; the config has routing='topk'")
+    _check_int("layer", layer, 0)
     if recorder is not None:
-        _check_int("layer", layer, 0)
-        recorder.check_batch(layer, T, config.top_k, device)
+        if not isinstance(recorder, RoutingRecorder):
+            raise TypeError(f"recorder must be a RoutingRecorder or None, got {type(recorder).__name__}")
+        recorder.check_batch(layer, T, config.top_k, config.num_scored, device)
 
 
 def route(

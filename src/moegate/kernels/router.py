@@ -166,6 +166,7 @@ def _launch(
         dummy if token_ids is None else token_ids, 0 if token_ids is None else token_ids.stride(0),
         dummy if hash_table is None else hash_table,
         0 if hash_table is None else hash_table.stride(0), 0 if hash_table is None else hash_table.stride(1),
+        1 if hash_table is None else hash_table.shape[0],
         dummy if l2p is None else l2p, dummy if replica_count is None else replica_count,
         weights, ids, dummy if packed is None else packed,
         rec_layer, 0 if rec_ids is None else rec_layer.stride(0),

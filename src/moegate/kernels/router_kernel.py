@@ -137,14 +137,14 @@ def _key_of32(hi):
     return tl.where(hi >= 0, hi, hi ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
 
 
-@triton.jit(do_not_specialize=["num_valid", "num_tokens", "home_rank"])
+@triton.jit(do_not_specialize=["num_valid", "num_tokens", "home_rank", "hash_vocab"])
 def _route_kernel(
     logits_ptr, logits_row_stride, logits_col_stride,
     bias_ptr, bias_stride,
     expert_scale_ptr, expert_scale_stride,
     num_valid_ptr, num_valid,
     token_ids_ptr, token_ids_stride,
-    hash_table_ptr, hash_row_stride, hash_col_stride,
+    hash_table_ptr, hash_row_stride, hash_col_stride, hash_vocab,
     l2p_ptr, replica_count_ptr,
     weights_ptr, ids_ptr, packed_ptr,
     rec_ids_ptr, rec_row_stride, rec_count_ptr,
@@ -242,6 +242,11 @@ def _route_kernel(
 
     if HASH:
         token = tl.load(token_ids_ptr + rows64 * token_ids_stride, mask=live, other=0).to(tl.int64)
+        # A token id outside the table (checked on the host only for CPU tensors: on a GPU that check would
+        # synchronise) makes its row padding, as in the reference: never an out-of-bounds read.
+        token_ok = (token >= 0) & (token < hash_vocab)
+        live = live & token_ok
+        token = tl.where(token_ok, token, 0)
         ids_k = tl.load(
             hash_table_ptr + token[:, None] * hash_row_stride + kc[None, :].to(tl.int64) * hash_col_stride,
             mask=gmask,
@@ -299,7 +304,8 @@ def _route_kernel(
                 tl.broadcast_to(kept[:, :, None], [BLOCK_M, BLOCK_G, BLOCK_GS]), [BLOCK_M, BLOCK_W]
             )
             if GROUP_ZERO:
-                hi = tl.where(ok2, _order_bits(tl.where(kept_lanes, key, 0.0)), INT32_MIN)
+                # Dead experts (NaN / -inf logits) keep key -inf: below every other key, zeroed ones too.
+                hi = tl.where(ok2, _order_bits(tl.where(kept_lanes | dead, key, 0.0)), INT32_MIN)
             else:
                 hi = tl.where(kept_lanes, hi, INT32_MIN)  # below every kept key, -inf included
 
@@ -386,7 +392,8 @@ def _route_kernel(
                 denom = tl.maximum(norm, renorm_eps)
             else:
                 denom = norm + renorm_eps
-            w_lane = _div(w_lane, denom.to(tl.float32)[:, None])
+            # renorm_eps may be 0: a row whose selected scores are all 0 (all-NaN logits) keeps weights 0.
+            w_lane = tl.where(denom[:, None] > 0, _div(w_lane, denom.to(tl.float32)[:, None]), 0.0)
         if HAS_EXPERT_SCALE:
             w_lane = w_lane * scale_lane
         if APPLY_RSF:  # step 8, scale="in_weights"
@@ -412,7 +419,7 @@ def _route_kernel(
                 denom = tl.maximum(norm, renorm_eps)
             else:
                 denom = norm + renorm_eps
-            w = _div(w, denom.to(tl.float32)[:, None])
+            w = tl.where(denom[:, None] > 0, _div(w, denom.to(tl.float32)[:, None]), 0.0)
         if HAS_EXPERT_SCALE:
             scale = tl.load(expert_scale_ptr + ids_k.to(tl.int64) * expert_scale_stride, mask=gmask, other=1.0)
             w = w * scale.to(tl.float32)
