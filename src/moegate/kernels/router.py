@@ -108,8 +108,6 @@ def _launch_shape(num_tokens: int, tile: int) -> tuple[int, int]:
         return (16 if num_tokens >= 16384 else 8 if num_tokens >= 2048 else 4), 1
     if tile <= 64:
         return (2 if num_tokens >= 4096 else 1), 1
-    if tile == 256 and num_tokens >= 16384:
-        return 2, 1
     if tile <= 512:
         return 1, 1
     return 1, min(16, tile // 256)
