@@ -117,8 +117,13 @@ def main(argv=None) -> int:
     p.add_argument("shapes", nargs="*", default=list(SHAPES))
     p.add_argument("--tokens", type=int, default=65536)
     p.add_argument("--opcodes", action="store_true", help="print the count of each opcode")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="set a launcher override of moegate.kernels.router first, e.g. approx_keys_override=False")
     p.add_argument("--dump", help="write the SASS of the last shape to this file (and its TTGIR to FILE.ttgir)")
     a = p.parse_args(argv)
+    for item in a.set:
+        name, value = item.split("=", 1)
+        setattr(kr, name, eval(value))  # a developer tool: values are Python literals
     for name in a.shapes:
         config, dtype = SHAPES[name]
         logits = torch.randn(64, config.num_scored).to(dtype)

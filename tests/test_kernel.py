@@ -336,6 +336,95 @@ def test_wide_rows_near_ties_and_wide_ranges(min_lane_bits, monkeypatch):
             run_both(logits.to(DEVICE), config)
 
 
+def _near_tie_sigmoid_rows(T, E, seed):
+    """Sigmoid logits whose keys sit within the fast keys' error of each other, and ordinary ones."""
+    g = torch.Generator().manual_seed(seed)
+    order = torch.rand(T, E, generator=g).argsort(dim=1)
+    one = torch.tensor(1.0)
+    ulps = (one.view(torch.int32) + order.to(torch.int32)).view(torch.float32)  # keys ~0.06 ulp apart
+    spread = order.float() / 16 - 1
+    pairs = spread.clone()
+    pairs[:, 1::2] = pairs[:, 0::2] + 2e-7  # neighbours a few ulps apart in key
+    return torch.cat([ulps, spread, pairs, spread * 40])  # the last: |x| up to 40, keys saturate
+
+
+@pytest.mark.parametrize("config", [
+    RouterConfig(64 if not FULL else 256, 8, scoring="sigmoid", has_correction_bias=True),
+    RouterConfig(64 if not FULL else 256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4),
+    RouterConfig(64 if not FULL else 256, 6, scoring="sigmoid", n_group=4, topk_group=2, group_fill="zero"),
+    RouterConfig(300 if not FULL else 896, 8, scoring="sigmoid", has_correction_bias=True),
+], ids=["bias", "groups-exclude", "groups-zero", "wide"])
+def test_fast_sigmoid_keys_route_like_exact_keys(config, monkeypatch):
+    """One row a program selects on sigmoid keys from fast math and checks the margins between winners
+    and groups: it must route exactly like the exact keys (every row forced down the exact path), also on
+    keys closer than the fast keys' error; and both like the reference."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    E = config.num_experts
+    logits = _near_tie_sigmoid_rows(9, E, seed=E).to(DEVICE)
+    kw = extras(config, logits.shape[0])
+    if "bias" in kw:
+        kw["bias"] = torch.zeros_like(kw["bias"])
+        kw["bias"][::3] = 1e-7  # keys shifted by about an ulp: near-ties across experts
+    monkeypatch.setattr(kr, "approx_keys_override", True)
+    fast = route(logits, config, backend="triton", **kw)
+    monkeypatch.setattr(kr, "force_exact_override", True)
+    exact = route(logits, config, backend="triton", **kw)
+    torch.testing.assert_close(fast.ids, exact.ids, rtol=0, atol=0)
+    torch.testing.assert_close(fast.weights, exact.weights, rtol=0, atol=0)
+    # And on ordinary inputs, both like the reference (these near-ties are below what the reference and
+    # the kernel's exact scores agree on: an ulp).
+    logits = tie_free_logits(37, E, seed=1)
+    kw = extras(config, 37)
+    for force in (False, True):
+        monkeypatch.setattr(kr, "force_exact_override", force)
+        run_both(logits, config, near_ties=True, **kw)
+
+
+def test_fast_sigmoid_keys_near_tied_groups(monkeypatch):
+    """Groups 3 and 4 with top2_sum scores a few ulps apart, their experts far apart: only the group margin
+    check can send these rows down the exact path."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    E, G = 64, 8
+    config = RouterConfig(E, 8, scoring="sigmoid", n_group=G, topk_group=4, renormalize=False)
+    g = torch.Generator().manual_seed(5)
+    T = 64
+    x = torch.rand(T, E, generator=g, dtype=torch.float64) - 3.0  # low keys everywhere
+    for grp in range(3):
+        x[:, grp * 8] = 3.0 - grp * 0.1
+        x[:, grp * 8 + 1] = 2.5 - grp * 0.1
+    xa = 1.0 + 0.1 * torch.rand(T, generator=g, dtype=torch.float64)
+    xb = 0.5 + 0.1 * torch.rand(T, generator=g, dtype=torch.float64)
+    target = torch.sigmoid(xa) + torch.sigmoid(xb)
+    xa2 = xa + 0.2
+    xb2 = torch.logit(target - torch.sigmoid(xa2))
+    x[:, 24], x[:, 25], x[:, 32], x[:, 33] = xa, xb, xa2, xb2
+    logits = x.float()
+    logits[:, 33] = (logits[:, 33].view(torch.int32) + torch.arange(T, dtype=torch.int32) % 7 - 3).view(torch.float32)
+    logits = logits.to(DEVICE)
+    monkeypatch.setattr(kr, "approx_keys_override", True)
+    fast = route(logits, config, backend="triton")
+    monkeypatch.setattr(kr, "force_exact_override", True)
+    exact = route(logits, config, backend="triton")
+    torch.testing.assert_close(fast.ids, exact.ids, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name,config,tol", [c for c in CONFIGS if c[1].routing != "hash"][:8],
+                         ids=[c[0] for c in CONFIGS if c[1].routing != "hash"][:8])
+def test_exact_path_for_every_row(name, config, tol, monkeypatch):
+    """The exact 64-bit path, forced for every row of both launch families, routes like the reference."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "force_exact_override", True)
+    for launch in ((1, 1), (4, 1)):
+        monkeypatch.setattr(kr, "launch_override", launch)
+        logits = tie_free_logits(5, config.num_scored, seed=3)
+        run_both(logits, config, tol=tol, near_ties=config.has_correction_bias, **extras(config, 5))
+
+
 @pytest.mark.parametrize("as_tensor", [False, True])
 def test_padding_rows(as_tensor):
     config = RouterConfig(32, 4, scoring="sigmoid", has_correction_bias=True, num_shared_experts=2)

@@ -213,8 +213,16 @@ def summary(rows):
     return lines
 
 
+# --ab variants: label -> launcher overrides (moegate.kernels.router) set for that measurement only.
+AB_VARIANTS = {
+    "exact-keys": {"approx_keys_override": False},  # sigmoid keys from libdevice exp and IEEE division
+    "two-rows": {"launch_override": (2, 1)},  # two rows a program (the 2-D epilogue and rounds)
+    "no-pdl": {"use_pdl_override": False},
+}
+
+
 def ab(shapes, tokens, rep):
-    """moegate with each epilogue (weights from the tile / from a gather) and with PDL off, on the same inputs."""
+    """moegate as the heuristic launches it and with each of AB_VARIANTS, on the same inputs."""
     import moegate.kernels.router as kr
 
     for name in shapes:
@@ -222,15 +230,18 @@ def ab(shapes, tokens, rep):
         for T in tokens:
             fns = _providers(config, dtype, T, None, set())
             times = {"heuristic": _time(fns["moegate"], rep)}
-            for label, tile, pdl in (("tile", True, None), ("gather", False, None), ("no-pdl", None, False)):
-                kr.tile_weights_override, kr.use_pdl_override = tile, pdl
+            for label, overrides in AB_VARIANTS.items():
+                saved = {k: getattr(kr, k) for k in overrides}
+                for k, v in overrides.items():
+                    setattr(kr, k, v)
                 try:
                     times[label] = _time(fns["moegate"], rep)
                 except Exception as exc:
                     times[label] = float("nan")
                     print(f"ab {name} T={T} {label}: {type(exc).__name__}: {str(exc)[:100]}")
                 finally:
-                    kr.tile_weights_override = kr.use_pdl_override = None
+                    for k, v in saved.items():
+                        setattr(kr, k, v)
             times["floor0"] = _time(fns["floor0"], rep)
             print(f"ab {name:18} T={T:>6} " + " ".join(f"{k} {v:6.2f}" for k, v in times.items()), flush=True)
 
@@ -281,7 +292,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write the rows and the summary here")
     p.add_argument("--sweep", action="store_true", help="time launch shapes instead of providers")
     p.add_argument("--ab", default=None,
-                   help="after the table, also time both weight epilogues and PDL off at these token counts")
+                   help="after the table, also time the AB_VARIANTS (exact keys, two rows a program, PDL off) "
+                        "at these token counts")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("moegate bench needs a CUDA device; none is available")

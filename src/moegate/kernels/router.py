@@ -32,6 +32,10 @@ launch_override: tuple[int, int] | None = None
 # None means the heuristic below. use_pdl_override likewise (None: PDL on sm_90+ up to PDL_MAX_TOKENS).
 tile_weights_override: bool | None = None
 use_pdl_override: bool | None = None
+# Forced by the tests: sigmoid selection keys from fast math with checked margins (True), exact keys
+# (False), or the heuristic (None); force_exact sends every row down the exact 64-bit path.
+approx_keys_override: bool | None = None
+force_exact_override: bool = False
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
@@ -148,12 +152,22 @@ def _launch(
     # plain one: not for logits selection (the tile holds no scores), hash routing, p-norms, packed words.
     tile_weights = not (spec.HASH or spec.SELECT_LOGITS or packed is not None
                         or (spec.RENORMALIZE and not spec.RENORM_P_ONE))
+    if tile_weights and spec.block_m == 1:
+        tile_weights = False  # one row a program selects without marking the winners' lanes
     if tile_weights:
         if tile_weights_override is not None:
             tile_weights = tile_weights_override
         else:
             per_thread = spec.block_m * block_g * block_gs // (32 * spec.num_warps)
             tile_weights = T <= TILE_WEIGHTS_MAX_TOKENS and per_thread <= TILE_WEIGHTS_MAX_LANES_PER_THREAD
+    # Fast sigmoid keys where the exact ones only select: one row a program (the margin checks run on the
+    # flat round words), not for weights from the tile. bf16 / fp16 logits without a bias tie often
+    # (equal logits, equal keys), and every tie fails the margin check: those keep the exact keys.
+    approx_keys = (spec.SCORING == 1 and not spec.SELECT_LOGITS and not spec.HASH and not tile_weights
+                   and spec.block_m == 1 and (bias is not None or logits.dtype == torch.float32))
+    if approx_keys_override is not None:
+        approx_keys = approx_keys_override and spec.SCORING == 1 and not spec.SELECT_LOGITS and not spec.HASH \
+            and not tile_weights and spec.block_m == 1
     use_pdl = _use_pdl(logits.device, T)
     extra = {"launch_pdl": True} if use_pdl else {}
     rk._route_kernel[grid](
@@ -184,10 +198,12 @@ def _launch(
         BLOCK_M=spec.block_m, BLOCK_W=block_g * block_gs,
         LANE_BITS=lane_bits, TRUNCATE_WORDS=select_truncated,
         BLOCK_G=block_g, BLOCK_GS=block_gs,
-        BLOCK_KC=triton.next_power_of_2(spec.K + spec.C),
+        # One row a program: one more column for the (K + 1)-th round's word of the margin checks.
+        BLOCK_KC=triton.next_power_of_2(spec.K + spec.C + (1 if spec.block_m == 1 else 0)),
         DIST_SHIFT=lane_bits - 8 if (lane_bits >= DIST_SHIFT_MIN_LANE_BITS
                                      or (lane_bits == 9 and spec.K >= DIST_SHIFT_512_MIN_K)) else 0,
-        TILE_WEIGHTS=tile_weights, USE_PDL=use_pdl, ACCURATE=not _interpreting(),
+        TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, FORCE_EXACT=force_exact_override,
+        USE_PDL=use_pdl, ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )
 

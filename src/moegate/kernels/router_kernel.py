@@ -137,6 +137,116 @@ def _key_of32(hi):
     return tl.where(hi >= 0, hi, hi ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
 
 
+# Approximate sigmoid keys (APPROX_KEYS) differ from the exact ones by at most KEY_ERR_ABS + |key| *
+# KEY_ERR_REL. Error budget of 1 / (1 + ex2.approx(-x log2 e)) with div.full: the product x log2 e rounds
+# (relative 2**-24, i.e. |x| 6e-8 in the exponent), ex2.approx errs by 2**-22.5 relative, 1 + e rounds,
+# and div.full errs by 2 ulp; through s = 1 / (1 + e), |ds| <= s (1 - s) (|x| 6e-8 + 1.8e-7) + s 3e-7
+# <= 4e-7, and the exact score itself is within an ulp of the true sigmoid. Adding the bias rounds once
+# more (an ulp of the key). The constants carry about a factor 2 over that.
+KEY_ERR_ABS = tl.constexpr(1e-6)
+KEY_ERR_REL = tl.constexpr(4.8e-7)  # ~2**-21
+
+
+@triton.jit
+def _sigmoid_fast(x):
+    """Selection keys only (never weights): see KEY_ERR_ABS."""
+    one = tl.full(x.shape, 1.0, tl.float32)
+    return tl.fdiv(one, 1.0 + tl.exp2(x * -1.4426950408889634), ieee_rounding=False)
+
+
+@triton.jit
+def _separated(hi_key, lo_key, SUMMANDS: tl.constexpr):
+    """1 where hi_key beats lo_key whatever the approximate keys' errors (SUMMANDS keys in each); 0 also
+    for NaN (-inf - -inf)."""
+    mag = tl.maximum(tl.abs(hi_key), tl.abs(lo_key))
+    tol = 2.0 * SUMMANDS * (KEY_ERR_ABS + mag * KEY_ERR_REL)
+    return (hi_key - lo_key > tol).to(tl.int32)
+
+
+@triton.jit
+def _key_bits(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr,
+              HAS_BIAS: tl.constexpr, FAST: tl.constexpr, ACCURATE: tl.constexpr):
+    """Step 3: (key, unbiased score, order-preserving key bits with padding lanes at INT32_MIN)."""
+    if SELECT_LOGITS:
+        key = x
+    elif FAST:
+        key = _sigmoid_fast(x)
+    else:
+        key = _score(x, row_max, row_sum, SCORING, ACCURATE)
+    s = key
+    if HAS_BIAS:
+        key = key + b
+    key = tl.where(dead, float("-inf"), key)
+    key = tl.where(key == 0.0, 0.0, key)  # -0.0 ties with +0.0, as in torch.sort
+    hi = tl.where(ok2, _order_bits(key), INT32_MIN)
+    return key, s, hi
+
+
+@triton.jit
+def _group_mask(hi, key, dead, ok2, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.constexpr,
+                BLOCK_W: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr, GROUP_MAX: tl.constexpr,
+                GROUP_ZERO: tl.constexpr, GROUP_BY_COUNT: tl.constexpr):
+    """Step 4 on the exact 32-bit key bits (padding lanes hold INT32_MIN).
+
+    The group's top key, and for top2_sum its second key, which is the top key again when that appears
+    twice (the reference counts a repeated key twice). 32-bit reductions: 64-bit (key, lane) words here
+    cost ~650 SASS instructions a DeepSeek-V3 row, 43% of it. Returns the masked bits and, per row, the
+    lowest kept and the highest dropped group score (the margin that APPROX_KEYS checks).
+    """
+    hi3 = tl.reshape(hi, [BLOCK_M, BLOCK_G, BLOCK_GS])
+    top1 = tl.max(hi3, axis=2)  # [BM, BG]
+    if GROUP_MAX:
+        group_score = _key_of32(top1)
+    else:
+        at_top = hi3 == top1[:, :, None]
+        second = tl.max(tl.where(at_top, INT32_MIN, hi3), axis=2)
+        repeated = tl.sum(at_top.to(tl.int32), axis=2) > 1
+        group_score = _key_of32(top1) + _key_of32(tl.where(repeated, top1, second))
+    g = tl.arange(0, BLOCK_G)
+    g_ok = (g < N_GROUP)[None, :]  # [1, BG]
+    group_word = tl.where(
+        g_ok, (_order_bits(group_score).to(tl.int64) << 32) | ((-g) + LOW_BASE).to(tl.int64), INT64_MIN
+    )  # [BM, BG]
+    if GROUP_BY_COUNT:
+        # A group is kept when fewer than TOPK_GROUP groups beat it: no chain of reductions.
+        above = tl.sum((group_word[:, None, :] > group_word[:, :, None]).to(tl.int32), axis=2)
+        kept = (above < TOPK_GROUP) & g_ok
+    else:
+        kept = tl.zeros([BLOCK_M, BLOCK_G], dtype=tl.int1)
+        for _ in tl.static_range(TOPK_GROUP):
+            best_group = tl.max(group_word, axis=1)
+            hit = group_word == best_group[:, None]
+            kept = kept | hit
+            group_word = tl.where(hit, INT64_MIN, group_word)
+        kept = kept & g_ok
+    kept_min = tl.min(tl.where(kept, group_score, float("inf")), axis=1)  # [BM]
+    dropped_max = tl.max(tl.where(g_ok & (kept == 0), group_score, float("-inf")), axis=1)
+    kept_lanes = tl.reshape(tl.broadcast_to(kept[:, :, None], [BLOCK_M, BLOCK_G, BLOCK_GS]), [BLOCK_M, BLOCK_W])
+    if GROUP_ZERO:
+        # Dead experts (NaN / -inf logits) keep key -inf: below every other key, zeroed ones too.
+        hi = tl.where(ok2, _order_bits(tl.where(kept_lanes | dead, key, 0.0)), INT32_MIN)
+    else:
+        hi = tl.where(kept_lanes, hi, INT32_MIN)  # below every kept key, -inf included
+    return hi, kept_min, dropped_max
+
+
+@triton.jit
+def _exact_rounds(hi, ok2, inv, kc, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr,
+                  BLOCK_W: tl.constexpr):
+    """Step 5 on exact 64-bit (key bits, inverted lane) words, one max per round: (lanes [BM, BKC], each
+    lane's output column or -1)."""
+    ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
+    word = (hi.to(tl.int64) << 32) | (inv[None, :] + LOW_PAD).to(tl.int64)
+    word = tl.where(ok2, word, INT64_MIN)
+    for i in tl.static_range(K):
+        best64 = tl.max(word, axis=1)  # [BM]
+        pick = (-best64.to(tl.int32)) + (BLOCK_W - 1 + LOW_PAD)  # the low word is the inverted lane
+        ids_k = tl.where(kc[None, :] == i, pick[:, None], ids_k)
+        word = tl.where(word == best64[:, None], MARK64 + i, word)
+    rank_lane = tl.where((word > INT64_MIN) & (word < MARK64 + K), (word - MARK64).to(tl.int32), -1)
+    return ids_k, rank_lane
+
+
 @triton.jit(do_not_specialize=["num_valid", "num_tokens", "home_rank", "hash_vocab"])
 def _route_kernel(
     logits_ptr, logits_row_stride, logits_col_stride,
@@ -187,6 +297,8 @@ def _route_kernel(
     BLOCK_KC: tl.constexpr,  # >= K + C, power of 2
     DIST_SHIFT: tl.constexpr,  # distance words drop this many low ulp bits (wide tiles); K + 1 rounds then
     TILE_WEIGHTS: tl.constexpr,  # weights from the tile's scores, stored by the winning lanes
+    APPROX_KEYS: tl.constexpr,  # sigmoid selection keys from fast math, margins checked (one row a program)
+    FORCE_EXACT: tl.constexpr,  # every row takes the exact path (tests)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     ACCURATE: tl.constexpr,
 ):
@@ -255,129 +367,152 @@ def _route_kernel(
     else:
         if HAS_BIAS:
             b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
+        else:
+            b = 0.0
         if TILE_WEIGHTS and HAS_EXPERT_SCALE:
             scale_lane = tl.load(expert_scale_ptr + col2.to(tl.int64) * expert_scale_stride, mask=ok2,
                                  other=1.0).to(tl.float32)
-        if SELECT_LOGITS:
-            key = x
-        else:
-            key = _score(x, row_max[:, None], row_sum[:, None], SCORING, ACCURATE)
-        s_lane = key  # the unbiased scores (TILE_WEIGHTS reads the winners' weights from here)
-        if HAS_BIAS:
-            key = key + b
-        key = tl.where(dead, float("-inf"), key)
-        key = tl.where(key == 0.0, 0.0, key)  # -0.0 ties with +0.0, as in torch.sort
-        hi = tl.where(ok2, _order_bits(key), INT32_MIN)  # [BM, BW] order-preserving key bits
+        # Keys, then step 4 on their order-preserving bits. APPROX_KEYS: sigmoid keys from ex2.approx and an
+        # approximate division (within KEY_ERR of the exact ones); the selection checks its margins and
+        # rows it cannot decide redo steps 2-5 with the exact scores below.
+        key, s_lane, hi = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
+                                    SELECT_LOGITS, HAS_BIAS, APPROX_KEYS, ACCURATE)
         inv = (-lane) + (BLOCK_W - 1)  # [BW] larger for lower lanes: ties go to the lower id
         if N_GROUP > 1:
-            # Step 4 on the exact 32-bit key bits (padding lanes hold INT32_MIN): the group's top key, and
-            # for top2_sum its second key, which is the top key again when that appears twice (the
-            # reference counts a repeated key twice). 32-bit reductions: 64-bit (key, lane) words here
-            # cost ~650 SASS instructions a DeepSeek-V3 row, 43% of it.
-            hi3 = tl.reshape(hi, [BLOCK_M, BLOCK_G, BLOCK_GS])
-            top1 = tl.max(hi3, axis=2)  # [BM, BG]
-            if GROUP_MAX:
-                group_score = _key_of32(top1)
-            else:
-                at_top = hi3 == top1[:, :, None]
-                second = tl.max(tl.where(at_top, INT32_MIN, hi3), axis=2)
-                repeated = tl.sum(at_top.to(tl.int32), axis=2) > 1
-                group_score = _key_of32(top1) + _key_of32(tl.where(repeated, top1, second))
-            g = tl.arange(0, BLOCK_G)
-            g_ok = (g < N_GROUP)[None, :]  # [1, BG]
-            group_word = tl.where(
-                g_ok, (_order_bits(group_score).to(tl.int64) << 32) | ((-g) + LOW_BASE).to(tl.int64), INT64_MIN
-            )  # [BM, BG]
-            if GROUP_BY_COUNT:
-                # A group is kept when fewer than TOPK_GROUP groups beat it: no chain of reductions.
-                above = tl.sum((group_word[:, None, :] > group_word[:, :, None]).to(tl.int32), axis=2)
-                kept = (above < TOPK_GROUP) & g_ok
-            else:
-                kept = tl.zeros([BLOCK_M, BLOCK_G], dtype=tl.int1)
-                for _ in tl.static_range(TOPK_GROUP):
-                    best_group = tl.max(group_word, axis=1)
-                    hit = group_word == best_group[:, None]
-                    kept = kept | hit
-                    group_word = tl.where(hit, INT64_MIN, group_word)
-                kept = kept & g_ok
-            kept_lanes = tl.reshape(
-                tl.broadcast_to(kept[:, :, None], [BLOCK_M, BLOCK_G, BLOCK_GS]), [BLOCK_M, BLOCK_W]
-            )
-            if GROUP_ZERO:
-                # Dead experts (NaN / -inf logits) keep key -inf: below every other key, zeroed ones too.
-                hi = tl.where(ok2, _order_bits(tl.where(kept_lanes | dead, key, 0.0)), INT32_MIN)
-            else:
-                hi = tl.where(kept_lanes, hi, INT32_MIN)  # below every kept key, -inf included
+            hi, kept_min, dropped_max = _group_mask(
+                hi, key, dead, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
+                GROUP_ZERO, GROUP_BY_COUNT)
 
         # Step 5, fast path: 32-bit words, one 32-bit max per round (the exact 64-bit word costs ~2x the
         # instructions per round: SASS count). The low log2(BLOCK_W) bits hold the inverted lane (ties to
         # the lower id); the high bits hold the key, squeezed one of two ways. Rows where the squeeze
         # could misorder take the exact 64-bit path below.
-        ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
-        if TRUNCATE_WORDS:
-            # Softmax probabilities span many binades but sit far apart relative to their size: drop the
-            # key's low bits. Run K + 1 rounds; two adjacent winners with equal high bits are ambiguous.
-            fast = tl.where(ok2, (tl.maximum(hi, TRUNC_FLOOR) & (-BLOCK_W)) | inv[None, :], INT32_MIN)
-            ambiguous = tl.zeros([BLOCK_M], dtype=tl.int1)
-            prev = tl.zeros([BLOCK_M], dtype=tl.int32)
-            for i in tl.static_range(K + 1):
-                best = tl.max(fast, axis=1)  # [BM]
-                if i > 0:
-                    ambiguous = ambiguous | ((best & (-BLOCK_W)) == (prev & (-BLOCK_W)))
-                if i < K:
-                    ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None], ids_k)
-                    fast = tl.where(fast == best[:, None], MARK + i, fast)
-                prev = best
-        else:
-            # Sigmoid-like keys (+ bias) crowd near the top: keep every bit of the distance below the row's
-            # best key (difference of order-preserving bits, in ulps), exact up to 2**31 / BLOCK_W - 1 ulps
-            # (a binade for 256 lanes), clamped to 0 beyond. A K-th winner on the clamp is ambiguous.
-            # Wide tiles (DIST_SHIFT > 0) drop the distance's low DIST_SHIFT bits so that the word still
-            # spans 2**23 ulps (sigmoid + bias keys of 512-1024 experts span more than 2**21 ulps: with
-            # the full distance most such rows fell back); then two adjacent winners among K + 1 rounds
-            # with equal distance bits (near-ties, the clamp, -inf) mark the row ambiguous.
+        if BLOCK_M == 1 and not TRUNCATE_WORDS:
+            # One row a program: each round's best is a scalar, the words of the K (+ 1) rounds land in a
+            # flat vector (one a thread), and the checks run on that vector once, after the rounds.
             span = ((2147483648 // BLOCK_W) << DIST_SHIFT) - 1
-            hi_max = tl.max(hi, axis=1)  # [BM]
-            base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)  # [BM]
-            dist = tl.maximum(hi, base[:, None]) - base[:, None]
+            hi_max = tl.max(tl.max(hi, axis=1), axis=0)
+            base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)
+            dist = tl.maximum(hi, base) - base
             if DIST_SHIFT > 0:
                 dist = dist >> DIST_SHIFT
-            dist_word = (dist << LANE_BITS) | inv[None, :]
-            # Excluded lanes sit below every allowed one (negative, still by lane); padding lanes lowest.
-            fast = tl.where(hi > INT32_MIN, dist_word, inv[None, :] - BLOCK_W)
-            fast = tl.where(ok2, fast, INT32_MIN)  # [BM, BW]
-            if DIST_SHIFT > 0:
+            # Allowed lanes hold (distance, inverted lane) words in [0, 2**31); excluded and padding lanes
+            # INT32_MIN (a row that needs them, with fewer than K allowed lanes, takes the exact path).
+            fast = tl.where((hi > INT32_MIN) & ok2, (dist << LANE_BITS) | inv[None, :], INT32_MIN)  # [1, BW]
+            f_col = tl.arange(0, BLOCK_KC)
+            best = tl.max(tl.max(fast, axis=1), axis=0)
+            wk = tl.where(f_col == 0, best, INT32_MIN)  # round i's word at i
+            wn = tl.full([BLOCK_KC], INT32_MIN, tl.int32)  # round i + 1's word at i
+            for i in tl.static_range(1, K + 1 if (DIST_SHIFT > 0 or APPROX_KEYS) else K):
+                # The next word down without marking the winners: best - 1 - word, as unsigned, is below
+                # 2**31 for the allowed words under best and wraps past it for best itself and the words
+                # above it (and for INT32_MIN lanes once best >= 1). One add and one min a lane, where
+                # marking took a compare, a select and a max.
+                gap = tl.min(tl.min((best - 1 - fast).to(tl.uint32, bitcast=True), axis=1), axis=0)
+                best = best - 1 - gap.to(tl.int32, bitcast=True)
+                wk = tl.where(f_col == i, best, wk)
+                wn = tl.where(f_col == i - 1, best, wn)
+            cur = f_col < K
+            d = wk >> LANE_BITS
+            dn = wn >> LANE_BITS
+            # Winners are allowed lanes in strictly decreasing words; a (K + 1)-th word that is not below
+            # the K-th (the rounds ran out of allowed lanes) means no competitor.
+            has_next = (wn >= 0) & (wn < wk)
+            amb = cur & ((wk < 0) | ((f_col < K - 1) & (has_next == 0)))
+            if APPROX_KEYS:
+                # Winner i's key bits lie in [base + (d << S), base + (d << S) + 2**S - 1]. The order of the
+                # approximate keys is the exact order where each winner clears the next one by the keys'
+                # error on both sides; a clamped distance (d = 0) says nothing.
+                k_lo = _key_of32(base + (d << DIST_SHIFT))
+                k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
+                amb = amb | (cur & ((d == 0) | (has_next & (_separated(k_lo, k_next, 1) == 0))))
+            elif DIST_SHIFT > 0:
+                amb = amb | (cur & has_next & (d == dn))  # two adjacent winners with equal distance bits
+            else:
+                amb = amb | ((f_col == K - 1) & (d == 0))  # the K-th winner's distance clamped to 0
+            ambiguous = tl.max(amb.to(tl.int32), axis=0) > 0
+            if APPROX_KEYS and N_GROUP > 1:
+                g_sep = _separated(tl.sum(kept_min, axis=0), tl.sum(dropped_max, axis=0), 2)
+                ambiguous = ambiguous | (g_sep == 0)
+            if FORCE_EXACT:
+                ambiguous = ambiguous | (hi_max == hi_max)
+            e_ids = tl.where(cur, (BLOCK_W - 1) - (wk & (BLOCK_W - 1)), 0)  # lanes
+            if ambiguous:
+                hi_x = hi
+                if APPROX_KEYS:
+                    key_x, _s, hi_x = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
+                                                SELECT_LOGITS, HAS_BIAS, False, ACCURATE)
+                    if N_GROUP > 1:
+                        hi_x, _a, _b = _group_mask(
+                            hi_x, key_x, dead, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP,
+                            GROUP_MAX, GROUP_ZERO, GROUP_BY_COUNT)
+                ids_x, _r = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
+                e_ids = tl.reshape(ids_x, [BLOCK_KC])
+            if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
+                e_ids = (e_ids // BLOCK_GS) * GROUP_SIZE + e_ids % BLOCK_GS  # lane -> expert id
+        else:
+            ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
+            if TRUNCATE_WORDS:
+                # Softmax probabilities span many binades but sit far apart relative to their size: drop the
+                # key's low bits. Run K + 1 rounds; two adjacent winners with equal high bits are ambiguous.
+                fast = tl.where(ok2, (tl.maximum(hi, TRUNC_FLOOR) & (-BLOCK_W)) | inv[None, :], INT32_MIN)
                 ambiguous = tl.zeros([BLOCK_M], dtype=tl.int1)
                 prev = tl.zeros([BLOCK_M], dtype=tl.int32)
                 for i in tl.static_range(K + 1):
                     best = tl.max(fast, axis=1)  # [BM]
                     if i > 0:
-                        ambiguous = ambiguous | ((best >> LANE_BITS) == (prev >> LANE_BITS))
+                        ambiguous = ambiguous | ((best & (-BLOCK_W)) == (prev & (-BLOCK_W)))
                     if i < K:
                         ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None],
                                          ids_k)
                         fast = tl.where(fast == best[:, None], MARK + i, fast)
                     prev = best
             else:
-                for i in tl.static_range(K):
-                    best = tl.max(fast, axis=1)  # [BM]
-                    ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None],
-                                     ids_k)
-                    fast = tl.where(fast == best[:, None], MARK + i, fast)
-                ambiguous = best < BLOCK_W  # the K-th winner's distance clamped to 0
-        rank_lane = tl.where((fast > INT32_MIN) & (fast < MARK + K), fast - MARK, -1)  # output column or -1
-        if tl.max(ambiguous.to(tl.int32), axis=0) > 0:
-            # Exact path (wide key range, -inf among the winners): one 64-bit max per round.
-            word = (hi.to(tl.int64) << 32) | (inv[None, :] + LOW_PAD).to(tl.int64)
-            word = tl.where(ok2, word, INT64_MIN)
-            for i in tl.static_range(K):
-                best64 = tl.max(word, axis=1)  # [BM]
-                pick = (-best64.to(tl.int32)) + (BLOCK_W - 1 + LOW_PAD)  # the low word is the inverted lane
-                ids_k = tl.where(kc[None, :] == i, pick[:, None], ids_k)
-                word = tl.where(word == best64[:, None], MARK64 + i, word)
-            rank_lane = tl.where((word > INT64_MIN) & (word < MARK64 + K), (word - MARK64).to(tl.int32), -1)
-        if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
-            ids_k = (ids_k // BLOCK_GS) * GROUP_SIZE + ids_k % BLOCK_GS  # lane -> expert id
+                # Sigmoid-like keys (+ bias) crowd near the top: keep every bit of the distance below the
+                # row's best key (difference of order-preserving bits, in ulps), exact up to
+                # 2**31 / BLOCK_W - 1 ulps (a binade for 256 lanes), clamped to 0 beyond. A K-th winner on
+                # the clamp is ambiguous. Wide tiles (DIST_SHIFT > 0) drop the distance's low DIST_SHIFT
+                # bits so that the word still spans 2**23 ulps (sigmoid + bias keys of 512-1024 experts
+                # span more than 2**21 ulps: with the full distance most such rows fell back); then two
+                # adjacent winners among K + 1 rounds with equal distance bits (near-ties, the clamp, -inf)
+                # mark the row ambiguous.
+                span = ((2147483648 // BLOCK_W) << DIST_SHIFT) - 1
+                hi_max = tl.max(hi, axis=1)  # [BM]
+                base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)  # [BM]
+                dist = tl.maximum(hi, base[:, None]) - base[:, None]
+                if DIST_SHIFT > 0:
+                    dist = dist >> DIST_SHIFT
+                dist_word = (dist << LANE_BITS) | inv[None, :]
+                # Excluded lanes sit below every allowed one (negative, still by lane); padding lanes lowest.
+                fast = tl.where(hi > INT32_MIN, dist_word, inv[None, :] - BLOCK_W)
+                fast = tl.where(ok2, fast, INT32_MIN)  # [BM, BW]
+                if DIST_SHIFT > 0:
+                    ambiguous = tl.zeros([BLOCK_M], dtype=tl.int1)
+                    prev = tl.zeros([BLOCK_M], dtype=tl.int32)
+                    for i in tl.static_range(K + 1):
+                        best = tl.max(fast, axis=1)  # [BM]
+                        if i > 0:
+                            ambiguous = ambiguous | ((best >> LANE_BITS) == (prev >> LANE_BITS))
+                        if i < K:
+                            ids_k = tl.where(kc[None, :] == i,
+                                             ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None], ids_k)
+                            fast = tl.where(fast == best[:, None], MARK + i, fast)
+                        prev = best
+                else:
+                    for i in tl.static_range(K):
+                        best = tl.max(fast, axis=1)  # [BM]
+                        ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None],
+                                         ids_k)
+                        fast = tl.where(fast == best[:, None], MARK + i, fast)
+                    ambiguous = best < BLOCK_W  # the K-th winner's distance clamped to 0
+            if FORCE_EXACT:
+                ambiguous = ambiguous | row_ok
+            rank_lane = tl.where((fast > INT32_MIN) & (fast < MARK + K), fast - MARK, -1)  # column or -1
+            if tl.max(ambiguous.to(tl.int32), axis=0) > 0:
+                # Exact path (wide key range, -inf among the winners): one 64-bit max per round.
+                ids_k, rank_lane = _exact_rounds(hi, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
+            if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
+                ids_k = (ids_k // BLOCK_GS) * GROUP_SIZE + ids_k % BLOCK_GS  # lane -> expert id
 
     # The epilogue works on K + C columns a row. With one row a program they are a flat [BKC] vector, one
     # column a thread, and the row's values (validity, softmax max and sum, renorm sum) are scalars. On
@@ -386,7 +521,8 @@ def _route_kernel(
     if BLOCK_M == 1:
         RAXIS: tl.constexpr = 0
         e_col = tl.arange(0, BLOCK_KC)  # [BKC]
-        e_ids = tl.reshape(ids_k, [BLOCK_KC])
+        if HASH or TRUNCATE_WORDS:
+            e_ids = tl.reshape(ids_k, [BLOCK_KC])
         e_row = tl.sum(rows64, axis=0)  # scalars from here on
         e_row32 = tl.sum(rows, axis=0)
         e_row_ok = tl.sum(row_ok.to(tl.int32), axis=0) > 0
