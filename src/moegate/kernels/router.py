@@ -35,6 +35,10 @@ use_pdl_override: bool | None = None
 # Forced by the tests: sigmoid selection keys from fast math with checked margins (True), exact keys
 # (False), or the heuristic (None); force_exact sends every row down the exact 64-bit path.
 approx_keys_override: bool | None = None
+# H200 run 6 (BENCHMARKS.md), T=65536, fast vs exact keys: 896 experts 364 vs 414 us, but 512 top-22 152 vs
+# 120 (117 registers instead of 70: fewer rows in flight), DeepSeek-V3 fp32 66.8 vs 64.9, Kimi-K2 69.1 vs
+# 68.3; and rows that fail the margin checks make small-T launches wait for one exact-path row.
+APPROX_KEYS_MIN_LANES = 1024
 force_exact_override: bool = False
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
@@ -164,7 +168,8 @@ def _launch(
     # flat round words), not for weights from the tile. bf16 / fp16 logits without a bias tie often
     # (equal logits, equal keys), and every tie fails the margin check: those keep the exact keys.
     approx_keys = (spec.SCORING == 1 and not spec.SELECT_LOGITS and not spec.HASH and not tile_weights
-                   and spec.block_m == 1 and (bias is not None or logits.dtype == torch.float32))
+                   and spec.block_m == 1 and (bias is not None or logits.dtype == torch.float32)
+                   and block_g * block_gs >= APPROX_KEYS_MIN_LANES)
     if approx_keys_override is not None:
         approx_keys = approx_keys_override and spec.SCORING == 1 and not spec.SELECT_LOGITS and not spec.HASH \
             and not tile_weights and spec.block_m == 1
