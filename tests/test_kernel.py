@@ -208,6 +208,27 @@ def test_every_launch_shape_routes_the_same(block_m, num_warps, monkeypatch):
         run_both(logits, config, near_ties=True, **extras(config, T))
 
 
+@pytest.mark.parametrize("blocks", [2, 3])
+def test_runs_of_blocks_a_program(blocks, monkeypatch):
+    """Programs that route several blocks of rows in turn (the next block's logits loaded ahead): ragged
+    ends, padding rows and the recorder route like the reference."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "blocks_override", blocks)
+    for ci, (_name, config, tol) in enumerate(CONFIGS[:6]):
+        for launch in ((1, 1), (4, 1)):
+            monkeypatch.setattr(kr, "launch_override", launch)
+            logits = tie_free_logits(37, config.num_scored, seed=ci)
+            run_both(logits, config, tol=tol, near_ties=config.has_correction_bias, num_valid_tokens=33,
+                     **extras(config, 37))
+    config = CONFIGS[0][1]
+    rec = RoutingRecorder(1, 64, config.top_k, config.num_experts, device=DEVICE)
+    logits = tie_free_logits(37, config.num_scored, seed=9)
+    got = route(logits, config, backend="triton", recorder=rec, layer=0)
+    assert int(rec.num_tokens[0]) == 37
+    torch.testing.assert_close(rec.ids[0, :37].long(), got.ids.long(), rtol=0, atol=0)
+
+
 def test_ties_go_to_the_lower_id():
     """Many equal logits: ids must follow the reference's stable order exactly (lower id first)."""
     g = torch.Generator().manual_seed(3)
