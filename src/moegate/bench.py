@@ -218,8 +218,6 @@ AB_VARIANTS = {
     "exact-keys": {"approx_keys_override": False},  # sigmoid keys from libdevice exp and IEEE division
     "two-rows": {"launch_override": (2, 1)},  # two rows a program (the 2-D epilogue and rounds)
     "no-pdl": {"use_pdl_override": False},
-    "blocks-4": {"blocks_override": 4},  # four blocks a program, the next block's load ahead
-    "blocks-16": {"blocks_override": 16},
 }
 
 

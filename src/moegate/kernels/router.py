@@ -60,18 +60,6 @@ DIST_SHIFT_MIN_LANE_BITS = 10
 DIST_SHIFT_512_MIN_K = 16
 
 
-# Blocks of rows a program routes one after the other, loading the next block's logits before routing the
-# current one (None: the heuristic, one block a program until measured otherwise).
-blocks_override: int | None = None
-
-
-def rows_per_program(num_tokens: int, block_m: int) -> int:
-    """Blocks of ``block_m`` rows each program routes in turn (the next block's load overlapping)."""
-    if blocks_override is not None:
-        return blocks_override
-    return 1
-
-
 class _Spec(NamedTuple):
     """The integer parameters of one launch (the custom op carries them as a list of ints)."""
 
@@ -161,8 +149,7 @@ def _launch(
         triton.next_power_of_2(spec.N_GROUP), triton.next_power_of_2(spec.GROUP_SIZE)
     )
     rec_layer = rec_ids[spec.layer] if rec_ids is not None else dummy
-    blocks = rows_per_program(T, spec.block_m) if not spec.HASH else 1
-    grid = (max(1, triton.cdiv(triton.cdiv(T, spec.block_m), blocks)),)
+    grid = (max(1, triton.cdiv(T, spec.block_m)),)
     lane_bits = (block_g * block_gs).bit_length() - 1
     select_truncated = (spec.SCORING == 0 and not spec.SELECT_LOGITS) and bias is None  # softmax scores
     # Weights from the tile (no second gather) wherever the tile holds the scores and the epilogue is the
@@ -221,7 +208,7 @@ def _launch(
         DIST_SHIFT=lane_bits - 8 if (lane_bits >= DIST_SHIFT_MIN_LANE_BITS
                                      or (lane_bits == 9 and spec.K >= DIST_SHIFT_512_MIN_K)) else 0,
         TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, FORCE_EXACT=force_exact_override,
-        USE_PDL=use_pdl, ACCURATE=not _interpreting(), ROWS_PER_PROG=blocks,
+        USE_PDL=use_pdl, ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )
 

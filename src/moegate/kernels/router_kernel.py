@@ -247,26 +247,8 @@ def _exact_rounds(hi, ok2, inv, kc, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOC
     return ids_k, rank_lane
 
 
-@triton.jit
-def _load_tile(logits_ptr, logits_row_stride, logits_col_stride, blk, num_tokens, N_GROUP: tl.constexpr,
-               GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_GS: tl.constexpr):
-    """The logits of block blk as a [BLOCK_M, BLOCK_W] tile in lane order (-inf off the rows and groups)."""
-    rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
-    lane = tl.arange(0, BLOCK_W)
-    if (GROUP_SIZE == BLOCK_GS) or (N_GROUP == 1):
-        col = lane
-        col_ok = lane < N_GROUP * GROUP_SIZE
-    else:
-        col = (lane // BLOCK_GS) * GROUP_SIZE + lane % BLOCK_GS
-        col_ok = ((lane // BLOCK_GS) < N_GROUP) & ((lane % BLOCK_GS) < GROUP_SIZE)
-    base = logits_ptr + rows.to(tl.int64) * logits_row_stride
-    return tl.load(base[:, None] + col[None, :].to(tl.int64) * logits_col_stride,
-                   mask=(rows < num_tokens)[:, None] & col_ok[None, :], other=float("-inf"))
-
-
-@triton.jit
-def _route_block(
-    x_raw, blk,
+@triton.jit(do_not_specialize=["num_valid", "num_tokens", "home_rank", "hash_vocab"])
+def _route_kernel(
     logits_ptr, logits_row_stride, logits_col_stride,
     bias_ptr, bias_stride,
     expert_scale_ptr, expert_scale_stride,
@@ -320,8 +302,12 @@ def _route_block(
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     ACCURATE: tl.constexpr,
 ):
-    """One block of BLOCK_M rows, steps 1-12; x_raw is its logits tile as _load_tile reads it."""
-    pid = blk
+    if USE_PDL:
+        # Nothing is read before the previous kernel's writes are visible; the next kernel may start its
+        # launch now (it waits for this one to finish in its own gdc_wait).
+        gdc_wait()
+        gdc_launch_dependents()
+    pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
     row_ok = rows < num_tokens
     rows64 = rows.to(tl.int64)  # row offsets in int64: T * W passes 2**31 at T=8M, W=256
@@ -330,6 +316,7 @@ def _route_block(
     else:
         n_valid = num_valid.to(tl.int64)
     live = row_ok & (rows64 < n_valid)  # [BM] step 11
+    row_base = logits_ptr + rows64 * logits_row_stride  # [BM]
 
     kc = tl.arange(0, BLOCK_KC)  # [BKC] output columns
     routed = kc < K
@@ -351,7 +338,11 @@ def _route_block(
             col_ok = ((lane // BLOCK_GS) < N_GROUP) & ((lane % BLOCK_GS) < GROUP_SIZE)
         col2 = col[None, :]
         ok2 = col_ok[None, :]  # [1, BW]
-        x = x_raw.to(tl.float32)  # [BM, BW], loaded by the caller (the next block's load overlaps this one)
+        x = tl.load(
+            row_base[:, None] + col2.to(tl.int64) * logits_col_stride,
+            mask=row_ok[:, None] & ok2,
+            other=float("-inf"),
+        ).to(tl.float32)  # [BM, BW]
         x = _prologue(x, logit_scale, softcap, HAS_SOFTCAP, ACCURATE)
         # Step 3's NaN rule, after the softcap (tanh(-inf) is finite, tanh(NaN) is not).
         dead = (x != x) | (x == float("-inf")) | (ok2 == 0)
@@ -647,113 +638,6 @@ def _route_block(
         bits = out_w.to(tl.int32, bitcast=True)
         w_bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
         tl.store(packed_ptr + offset, (out_ids << 16) | w_bits, mask=out_mask)
-
-
-@triton.jit(do_not_specialize=["num_valid", "num_tokens", "home_rank", "hash_vocab"])
-def _route_kernel(
-    logits_ptr, logits_row_stride, logits_col_stride,
-    bias_ptr, bias_stride,
-    expert_scale_ptr, expert_scale_stride,
-    num_valid_ptr, num_valid,
-    token_ids_ptr, token_ids_stride,
-    hash_table_ptr, hash_row_stride, hash_col_stride, hash_vocab,
-    l2p_ptr, replica_count_ptr,
-    weights_ptr, ids_ptr, packed_ptr,
-    rec_ids_ptr, rec_row_stride, rec_count_ptr,
-    num_tokens, home_rank,
-    logit_scale, softcap, renorm_eps, renorm_p, inv_renorm_p, rsf, shared_weight,
-    K: tl.constexpr,  # routed columns
-    C: tl.constexpr,  # shared columns (0 or S)
-    N_GROUP: tl.constexpr,
-    GROUP_SIZE: tl.constexpr,  # W // N_GROUP (W itself when N_GROUP == 1)
-    TOPK_GROUP: tl.constexpr,
-    GROUP_MAX: tl.constexpr,  # group score: max (else top2_sum)
-    GROUP_ZERO: tl.constexpr,  # dropped groups' keys -> 0.0 (else excluded)
-    GROUP_BY_COUNT: tl.constexpr,  # kept groups by counting the groups above (small G) or by max rounds
-    SCORING: tl.constexpr,
-    SELECT_LOGITS: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    RENORMALIZE: tl.constexpr,
-    RENORM_P_ONE: tl.constexpr,
-    EPS_CLAMP: tl.constexpr,
-    HAS_EXPERT_SCALE: tl.constexpr,
-    APPLY_RSF: tl.constexpr,
-    HASH: tl.constexpr,
-    HAS_PLACEMENT: tl.constexpr,
-    MAX_REPLICAS: tl.constexpr,
-    REPLICA_POLICY: tl.constexpr,
-    SHARED_MODE: tl.constexpr,
-    NUM_SHARED: tl.constexpr,
-    SLOTS_PER_RANK: tl.constexpr,  # L
-    NUM_PHYSICAL: tl.constexpr,  # P
-    VALID_FROM_PTR: tl.constexpr,
-    HAS_RECORDER: tl.constexpr,
-    HAS_PACKED: tl.constexpr,
-    BLOCK_M: tl.constexpr,  # rows per program
-    BLOCK_W: tl.constexpr,  # BLOCK_G * BLOCK_GS lanes per row
-    LANE_BITS: tl.constexpr,  # log2(BLOCK_W)
-    TRUNCATE_WORDS: tl.constexpr,  # fast-path words: truncated keys (softmax) or distances below the best
-    BLOCK_G: tl.constexpr,  # >= N_GROUP, power of 2
-    BLOCK_GS: tl.constexpr,  # >= GROUP_SIZE, power of 2
-    BLOCK_KC: tl.constexpr,  # >= K + C, power of 2
-    DIST_SHIFT: tl.constexpr,  # distance words drop this many low ulp bits (wide tiles); K + 1 rounds then
-    TILE_WEIGHTS: tl.constexpr,  # weights from the tile's scores, stored by the winning lanes
-    APPROX_KEYS: tl.constexpr,  # sigmoid selection keys from fast math, margins checked (one row a program)
-    FORCE_EXACT: tl.constexpr,  # every row takes the exact path (tests)
-    USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
-    ACCURATE: tl.constexpr,
-    ROWS_PER_PROG: tl.constexpr,  # blocks of BLOCK_M rows a program routes one after the other
-):
-    if USE_PDL:
-        # Nothing is read before the previous kernel's writes are visible; the next kernel may start its
-        # launch now (it waits for this one to finish in its own gdc_wait).
-        gdc_wait()
-        gdc_launch_dependents()
-    LOAD_X: tl.constexpr = (not HASH) or (SCORING == 0)
-    first = tl.program_id(0) * ROWS_PER_PROG
-    if LOAD_X:
-        x = _load_tile(logits_ptr, logits_row_stride, logits_col_stride, first, num_tokens, N_GROUP, GROUP_SIZE,
-                       BLOCK_M, BLOCK_W, BLOCK_GS)
-    else:
-        x = tl.zeros([BLOCK_M, BLOCK_W], dtype=tl.float32)
-    if ROWS_PER_PROG == 1:
-        _route_block(
-            x, first,
-            logits_ptr, logits_row_stride, logits_col_stride, bias_ptr, bias_stride, expert_scale_ptr,
-            expert_scale_stride, num_valid_ptr, num_valid, token_ids_ptr, token_ids_stride, hash_table_ptr,
-            hash_row_stride, hash_col_stride, hash_vocab, l2p_ptr, replica_count_ptr, weights_ptr, ids_ptr,
-            packed_ptr, rec_ids_ptr, rec_row_stride, rec_count_ptr, num_tokens, home_rank, logit_scale, softcap,
-            renorm_eps, renorm_p, inv_renorm_p, rsf, shared_weight, K, C, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX,
-            GROUP_ZERO, GROUP_BY_COUNT, SCORING, SELECT_LOGITS, HAS_SOFTCAP, HAS_BIAS, RENORMALIZE, RENORM_P_ONE,
-            EPS_CLAMP, HAS_EXPERT_SCALE, APPLY_RSF, HASH, HAS_PLACEMENT, MAX_REPLICAS, REPLICA_POLICY, SHARED_MODE,
-            NUM_SHARED, SLOTS_PER_RANK, NUM_PHYSICAL, VALID_FROM_PTR, HAS_RECORDER, HAS_PACKED, BLOCK_M, BLOCK_W,
-            LANE_BITS, TRUNCATE_WORDS, BLOCK_G, BLOCK_GS, BLOCK_KC, DIST_SHIFT, TILE_WEIGHTS, APPROX_KEYS,
-            FORCE_EXACT, USE_PDL, ACCURATE,
-        )
-    else:
-        # A run of blocks a program, the next block's logits loaded before this block is routed: a warp
-        # then waits on memory once per program instead of once per block.
-        for it in range(ROWS_PER_PROG):
-            x_next = x
-            if LOAD_X:
-                nxt = tl.where(it + 1 < ROWS_PER_PROG, first + it + 1, num_tokens)  # past the end: masked
-                x_next = _load_tile(logits_ptr, logits_row_stride, logits_col_stride, nxt, num_tokens, N_GROUP,
-                                    GROUP_SIZE, BLOCK_M, BLOCK_W, BLOCK_GS)
-            _route_block(
-                x, first + it,
-                logits_ptr, logits_row_stride, logits_col_stride, bias_ptr, bias_stride, expert_scale_ptr,
-                expert_scale_stride, num_valid_ptr, num_valid, token_ids_ptr, token_ids_stride, hash_table_ptr,
-                hash_row_stride, hash_col_stride, hash_vocab, l2p_ptr, replica_count_ptr, weights_ptr, ids_ptr,
-                packed_ptr, rec_ids_ptr, rec_row_stride, rec_count_ptr, num_tokens, home_rank, logit_scale, softcap,
-                renorm_eps, renorm_p, inv_renorm_p, rsf, shared_weight, K, C, N_GROUP, GROUP_SIZE, TOPK_GROUP,
-                GROUP_MAX, GROUP_ZERO, GROUP_BY_COUNT, SCORING, SELECT_LOGITS, HAS_SOFTCAP, HAS_BIAS, RENORMALIZE,
-                RENORM_P_ONE, EPS_CLAMP, HAS_EXPERT_SCALE, APPLY_RSF, HASH, HAS_PLACEMENT, MAX_REPLICAS,
-                REPLICA_POLICY, SHARED_MODE, NUM_SHARED, SLOTS_PER_RANK, NUM_PHYSICAL, VALID_FROM_PTR, HAS_RECORDER,
-                HAS_PACKED, BLOCK_M, BLOCK_W, LANE_BITS, TRUNCATE_WORDS, BLOCK_G, BLOCK_GS, BLOCK_KC, DIST_SHIFT,
-                TILE_WEIGHTS, APPROX_KEYS, FORCE_EXACT, USE_PDL, ACCURATE,
-            )
-            x = x_next
 
 
 @triton.jit
