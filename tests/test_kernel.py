@@ -208,6 +208,16 @@ def test_every_launch_shape_routes_the_same(block_m, num_warps, monkeypatch):
         run_both(logits, config, near_ties=True, **extras(config, T))
 
 
+def test_one_warp_on_a_1024_lane_row_is_refused(monkeypatch):
+    """That launch returned wrong ids on the H200 (BENCHMARKS.md run 8): an error, never a silent answer."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    config = RouterConfig(1024, 8, scoring="sigmoid")
+    with pytest.raises(ValueError, match="one warp"):
+        route(tie_free_logits(2, 1024), config, backend="triton")
+
+
 def test_ties_go_to_the_lower_id():
     """Many equal logits: ids must follow the reference's stable order exactly (lower id first)."""
     g = torch.Generator().manual_seed(3)
