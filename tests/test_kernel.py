@@ -18,7 +18,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from moegate import ExpertLayout, ExpertPlacement, RouterConfig, RoutingRecorder, route  # noqa: E402
-from moegate.reference import scores_and_keys  # noqa: E402
+from moegate.reference import route_reference, scores_and_keys  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cuda" if HAS_CUDA else "cpu"
@@ -421,6 +421,98 @@ def test_fast_sigmoid_keys_near_tied_groups(monkeypatch):
     monkeypatch.setattr(kr, "force_exact_override", True)
     exact = route(logits, config, backend="triton")
     torch.testing.assert_close(fast.ids, exact.ids, rtol=0, atol=0)
+
+
+def _near_tie_softmax_rows(E, seed):
+    """Softmax logits whose scores may round together: winners an ulp or a few apart, exact ties, -0.0
+    next to +0.0, logits far below the row max, dead lanes (NaN, -inf) among the winners."""
+    g = torch.Generator().manual_seed(seed)
+    order = torch.rand(8, E, generator=g).argsort(dim=1)
+    one = torch.tensor(1.0)
+    ulps = (one.view(torch.int32) + order.to(torch.int32)).view(torch.float32)  # 1 ulp apart
+    spread = order.float() / 16 - 1
+    pairs = spread.clone()
+    pairs[:, 1::2] = pairs[:, 0::2] - 3e-7  # a few ulps below the neighbour
+    ties = torch.where(order % 4 == 0, 2.0, spread - 4)  # groups of equal winners
+    zeros = torch.where(order < E // 2, -spread.abs() - 1, 0.0)
+    zeros[:, 0::2] = torch.where(zeros[:, 0::2] == 0, -0.0, zeros[:, 0::2])  # -0.0 and +0.0 winners
+    far = spread * 40  # past the 2**23-ulp word below the row max
+    dead = spread.clone()
+    dead[:, : E - 5] = float("-inf")  # five live lanes for K = 8
+    dead[:, 3] = float("nan")
+    big = (ulps - 1) * 2e4 + 1e4  # |x| ~ 1e4: the margin grows with |x|
+    return torch.cat([ulps, spread, pairs, ties, zeros, far, dead, big])
+
+
+@pytest.mark.parametrize("K", [1, 8])
+def test_softmax_logit_keys_route_like_exact_scores(K, monkeypatch):
+    """Renormalized softmax selects on the logits and checks the margins between winners: it must route
+    exactly like the exact scores (every row forced down the exact path), also where rounding makes scores
+    tie; and both like the reference on ordinary inputs."""
+    import moegate.kernels.router as kr
+
+    E = 128 if FULL else 64
+    config = RouterConfig(E, K, scoring="softmax", renormalize=True)
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    logits = _near_tie_softmax_rows(E, seed=K).to(DEVICE)
+    fast = route(logits, config, backend="triton")
+    monkeypatch.setattr(kr, "force_exact_override", True)
+    exact = route(logits, config, backend="triton")
+    monkeypatch.setattr(kr, "logit_keys_override", False)
+    scored = route(logits, config, backend="triton")  # exact scores selected from the start
+    torch.testing.assert_close(fast.ids, exact.ids, rtol=0, atol=0)
+    torch.testing.assert_close(fast.ids, scored.ids, rtol=0, atol=0)
+    # Weights exp(x - m) / sum against (exp(x - m) / S) / sum: a few ulps apart.
+    torch.testing.assert_close(fast.weights, scored.weights, rtol=1e-6, atol=1e-7)
+    ref_weights = route_reference(logits, config)[0]
+    torch.testing.assert_close(fast.weights.sum(-1), ref_weights.sum(-1), rtol=1e-6, atol=1e-7)
+    monkeypatch.setattr(kr, "logit_keys_override", None)
+    for force in (False, True):
+        monkeypatch.setattr(kr, "force_exact_override", force)
+        run_both(tie_free_logits(37, E, seed=3), config)
+
+
+def test_softmax_logit_keys_only_where_they_hold():
+    """The launcher selects on logits only for renormalized softmax without bias or groups, one row a
+    program, and renorm_eps far below the weights' sum; every other softmax keeps its scores."""
+    import moegate.kernels.router as kr
+
+    seen = {}
+
+    class Capture:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                seen.update(kwargs)
+            return launch
+
+    x = torch.randn(4, 64)
+    cases = [
+        (RouterConfig(64, 8, scoring="softmax", renormalize=True), True),
+        (RouterConfig(64, 8, scoring="softmax", renormalize=False), False),
+        (RouterConfig(64, 8, scoring="softmax", renormalize=True, renorm_eps=1e-3), False),
+        (RouterConfig(64, 8, scoring="softmax", renormalize=True, renorm_p=2.0), False),
+        (RouterConfig(64, 8, scoring="softmax", renormalize=True, n_group=4, topk_group=2), False),
+        (RouterConfig(64, 8, scoring="softmax", renormalize=True, has_correction_bias=True), False),
+        (RouterConfig(64, 8, scoring="sigmoid", renormalize=True), False),
+    ]
+    kernel = kr.rk._route_kernel
+    kr.rk._route_kernel = Capture()
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"  # route_triton takes CPU tensors; nothing runs
+    try:
+        for config, want in cases:
+            bias = torch.zeros(64) if config.has_correction_bias else None
+            seen.clear()
+            kr.route_triton(x, config, ExpertLayout(), bias=bias)
+            assert seen["LOGIT_KEYS"] is want, config
+            if want:
+                assert not seen["TRUNCATE_WORDS"]
+    finally:
+        kr.rk._route_kernel = kernel
+        if old is None:
+            os.environ.pop("TRITON_INTERPRET")
+        else:
+            os.environ["TRITON_INTERPRET"] = old
 
 
 @pytest.mark.parametrize("name,config,tol", [c for c in CONFIGS if c[1].routing != "hash"],

@@ -216,6 +216,7 @@ def summary(rows):
 # --ab variants: label -> launcher overrides (moegate.kernels.router) set for that measurement only.
 AB_VARIANTS = {
     "exact-keys": {"approx_keys_override": False},  # sigmoid keys from libdevice exp and IEEE division
+    "score-keys": {"logit_keys_override": False},  # renormalized softmax selected on exact scores
     "two-rows": {"launch_override": (2, 1)},  # two rows a program (the 2-D epilogue and rounds)
     "no-pdl": {"use_pdl_override": False},
 }

@@ -38,7 +38,10 @@ approx_keys_override: bool | None = None
 # H200 run 6 (BENCHMARKS.md), T=65536, fast vs exact keys: 896 experts 364 vs 414 us, but 512 top-22 152 vs
 # 120 (117 registers instead of 70: fewer rows in flight), DeepSeek-V3 fp32 66.8 vs 64.9, Kimi-K2 69.1 vs
 # 68.3; and rows that fail the margin checks make small-T launches wait for one exact-path row.
-APPROX_KEYS_MIN_LANES = 1024
+APPROX_KEYS_MIN_LANES = 256
+# Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
+# True) or never (False).
+logit_keys_override: bool | None = None
 force_exact_override: bool = False
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
@@ -178,6 +181,15 @@ def _launch(
     if approx_keys_override is not None:
         approx_keys = approx_keys_override and spec.SCORING == 1 and not spec.SELECT_LOGITS and not spec.HASH \
             and not tile_weights and spec.block_m == 1
+    # Renormalized softmax selected on the logits (LOGIT_KEYS): no score for the W - K unselected lanes, no
+    # row sum; the weights exp(x - m) / their sum. Needs renorm_eps negligible against that sum (it is >= 1,
+    # and the reference's sum of scores is >= K / W), and no groups (a top2_sum of logits is not one of scores).
+    logit_keys = bool(select_truncated and spec.block_m == 1 and spec.N_GROUP == 1 and spec.RENORMALIZE
+                  and spec.RENORM_P_ONE
+                  and not tile_weights and renorm_eps * block_g * block_gs <= 1e-8 * spec.K)
+    if logit_keys_override is not None:
+        logit_keys = logit_keys and logit_keys_override
+    select_truncated = select_truncated and not logit_keys
     use_pdl = _use_pdl(logits.device, T)
     extra = {"launch_pdl": True} if use_pdl else {}
     rk._route_kernel[grid](
@@ -198,7 +210,7 @@ def _launch(
         K=spec.K, C=spec.C, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
         GROUP_MAX=bool(spec.GROUP_MAX), GROUP_ZERO=bool(spec.GROUP_ZERO),
         GROUP_BY_COUNT=block_g <= 32,  # counting is G*G compares per row, cheap only for few groups
-        SCORING=spec.SCORING, SELECT_LOGITS=bool(spec.SELECT_LOGITS), HAS_SOFTCAP=bool(spec.HAS_SOFTCAP),
+        SCORING=spec.SCORING, SELECT_LOGITS=bool(spec.SELECT_LOGITS), HAS_SCALE=logit_scale != 1.0, HAS_SOFTCAP=bool(spec.HAS_SOFTCAP),
         HAS_BIAS=bias is not None, RENORMALIZE=bool(spec.RENORMALIZE), RENORM_P_ONE=bool(spec.RENORM_P_ONE),
         EPS_CLAMP=bool(spec.EPS_CLAMP), HAS_EXPERT_SCALE=expert_scale is not None, APPLY_RSF=bool(spec.APPLY_RSF),
         HASH=bool(spec.HASH), HAS_PLACEMENT=l2p is not None, MAX_REPLICAS=spec.MAX_REPLICAS,
@@ -212,7 +224,7 @@ def _launch(
         BLOCK_KC=triton.next_power_of_2(spec.K + spec.C + (1 if spec.block_m == 1 else 0)),
         DIST_SHIFT=lane_bits - 8 if (lane_bits >= DIST_SHIFT_MIN_LANE_BITS
                                      or (lane_bits == 9 and spec.K >= DIST_SHIFT_512_MIN_K)) else 0,
-        TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, FORCE_EXACT=force_exact_override,
+        TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, LOGIT_KEYS=logit_keys, FORCE_EXACT=force_exact_override,
         USE_PDL=use_pdl, ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )

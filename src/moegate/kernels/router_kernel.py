@@ -102,9 +102,11 @@ def _pow(x, p, ACCURATE: tl.constexpr):
 
 
 @triton.jit
-def _prologue(x, logit_scale, softcap, HAS_SOFTCAP: tl.constexpr, ACCURATE: tl.constexpr):
-    """Step 1 on fp32 values: scale, then the optional tanh softcap."""
-    x = x * logit_scale
+def _prologue(x, logit_scale, softcap, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+              ACCURATE: tl.constexpr):
+    """Step 1 on fp32 values: scale (x * 1.0 is x, NaN included: skipped), then the optional tanh softcap."""
+    if HAS_SCALE:
+        x = x * logit_scale
     if HAS_SOFTCAP:
         x = softcap * _tanh(_div(x, softcap), ACCURATE)
     return x
@@ -148,10 +150,20 @@ KEY_ERR_REL = tl.constexpr(4.8e-7)  # ~2**-21
 
 
 @triton.jit
-def _sigmoid_fast(x):
-    """Selection keys only (never weights): see KEY_ERR_ABS."""
-    one = tl.full(x.shape, 1.0, tl.float32)
-    return tl.fdiv(one, 1.0 + tl.exp2(x * -1.4426950408889634), ieee_rounding=False)
+def _sigmoid_fast(x, ACCURATE: tl.constexpr):
+    """Selection keys only (never weights): see KEY_ERR_ABS. On the GPU one FMUL, two MUFU ops and an
+    FADD an element (ex2.approx, rcp.approx: within 2**-22 relative and 1 ulp): tl.exp2 and a non-IEEE
+    tl.fdiv spent 8 SASS instructions an element on denormal and range fix-ups that these keys never
+    need (1 + e >= 1)."""
+    t = x * -1.4426950408889634
+    if ACCURATE:
+        e = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [t], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+        key = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [1.0 + e], dtype=tl.float32,
+                                        is_pure=True, pack=1)
+    else:  # the interpreter has no PTX
+        key = 1.0 / (1.0 + tl.exp2(t))
+    return key
 
 
 @triton.jit
@@ -170,14 +182,17 @@ def _key_bits(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_L
     if SELECT_LOGITS:
         key = x
     elif FAST:
-        key = _sigmoid_fast(x)
+        key = _sigmoid_fast(x, ACCURATE)
     else:
         key = _score(x, row_max, row_sum, SCORING, ACCURATE)
     s = key
     if HAS_BIAS:
         key = key + b
     key = tl.where(dead, float("-inf"), key)
-    key = tl.where(key == 0.0, 0.0, key)  # -0.0 ties with +0.0, as in torch.sort
+    if SELECT_LOGITS:
+        # -0.0 ties with +0.0, as in torch.sort. Scores are never -0.0 (each scoring yields +0.0 at
+        # the bottom) and +0.0 + -0.0 rounds to +0.0, so only logit keys need the fix.
+        key = tl.where(key == 0.0, 0.0, key)
     hi = tl.where(ok2, _order_bits(key), INT32_MIN)
     return key, s, hi
 
@@ -270,6 +285,7 @@ def _route_kernel(
     GROUP_BY_COUNT: tl.constexpr,  # kept groups by counting the groups above (small G) or by max rounds
     SCORING: tl.constexpr,
     SELECT_LOGITS: tl.constexpr,
+    HAS_SCALE: tl.constexpr,  # logit_scale != 1.0
     HAS_SOFTCAP: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     RENORMALIZE: tl.constexpr,
@@ -298,6 +314,7 @@ def _route_kernel(
     DIST_SHIFT: tl.constexpr,  # distance words drop this many low ulp bits (wide tiles); K + 1 rounds then
     TILE_WEIGHTS: tl.constexpr,  # weights from the tile's scores, stored by the winning lanes
     APPROX_KEYS: tl.constexpr,  # sigmoid selection keys from fast math, margins checked (one row a program)
+    LOGIT_KEYS: tl.constexpr,  # renormalized softmax selected on the logits, margins checked (one row a program)
     FORCE_EXACT: tl.constexpr,  # every row takes the exact path (tests)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     ACCURATE: tl.constexpr,
@@ -343,14 +360,15 @@ def _route_kernel(
             mask=row_ok[:, None] & ok2,
             other=float("-inf"),
         ).to(tl.float32)  # [BM, BW]
-        x = _prologue(x, logit_scale, softcap, HAS_SOFTCAP, ACCURATE)
+        x = _prologue(x, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
         # Step 3's NaN rule, after the softcap (tanh(-inf) is finite, tanh(NaN) is not).
         dead = (x != x) | (x == float("-inf")) | (ok2 == 0)
         x = tl.where(dead, float("-inf"), x)
         if SCORING == 0:
             row_max = tl.max(x, axis=1)  # [BM]
             row_max = tl.where(row_max > float("-inf"), row_max, 0.0)
-            row_sum = tl.sum(_exp(x - row_max[:, None], ACCURATE), axis=1)  # [BM]
+            if not LOGIT_KEYS:
+                row_sum = tl.sum(_exp(x - row_max[:, None], ACCURATE), axis=1)  # [BM]
 
     if HASH:
         token = tl.load(token_ids_ptr + rows64 * token_ids_stride, mask=live, other=0).to(tl.int64)
@@ -375,8 +393,10 @@ def _route_kernel(
         # Keys, then step 4 on their order-preserving bits. APPROX_KEYS: sigmoid keys from ex2.approx and an
         # approximate division (within KEY_ERR of the exact ones); the selection checks its margins and
         # rows it cannot decide redo steps 2-5 with the exact scores below.
+        # LOGIT_KEYS: softmax is monotone in the logit, so the logits order the scores; ties stay ties (equal
+        # logits, equal scores) and near-ties, where rounding could make two scores equal, are checked below.
         key, s_lane, hi = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
-                                    SELECT_LOGITS, HAS_BIAS, APPROX_KEYS, ACCURATE)
+                                    SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, APPROX_KEYS, ACCURATE)
         inv = (-lane) + (BLOCK_W - 1)  # [BW] larger for lower lanes: ties go to the lower id
         if N_GROUP > 1:
             hi, kept_min, dropped_max = _group_mask(
@@ -403,7 +423,7 @@ def _route_kernel(
             best = tl.max(tl.max(fast, axis=1), axis=0)
             wk = tl.where(f_col == 0, best, INT32_MIN)  # round i's word at i
             wn = tl.full([BLOCK_KC], INT32_MIN, tl.int32)  # round i + 1's word at i
-            for i in tl.static_range(1, K + 1 if (DIST_SHIFT > 0 or APPROX_KEYS) else K):
+            for i in tl.static_range(1, K + 1 if (DIST_SHIFT > 0 or APPROX_KEYS or LOGIT_KEYS) else K):
                 # The next word down without marking the winners: best - 1 - word, as unsigned, is below
                 # 2**31 for the allowed words under best and wraps past it for best itself and the words
                 # above it (and for INT32_MIN lanes once best >= 1). One add and one min a lane, where
@@ -426,6 +446,19 @@ def _route_kernel(
                 k_lo = _key_of32(base + (d << DIST_SHIFT))
                 k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
                 amb = amb | (cur & ((d == 0) | (has_next & (_separated(k_lo, k_next, 1) == 0))))
+            elif LOGIT_KEYS:
+                # Reference scores e / S with e = exp(x - m) (expf within 2 ulp) keep two logits' strict order
+                # when x_i - x_j > 2**-20 + 2**-24 (|x_i| + |x_j| + 2 |m|): then e_i / e_j > 1 + 2**-21 and two
+                # floats lie between the quotients. Twice that margin here; equal logits (equal words at
+                # DIST_SHIFT 0) are equal scores, ordered by lane like the reference's ties.
+                k_lo = _key_of32(base + (d << DIST_SHIFT))
+                k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
+                m_abs = tl.abs(tl.sum(row_max, axis=0))
+                tol = 3.82e-6 + 1.2e-7 * (tl.abs(k_lo) + tl.abs(k_next) + 2.0 * m_abs)
+                close = (k_lo - k_next > tol) == 0
+                if DIST_SHIFT == 0:
+                    close = close & (d != dn)
+                amb = amb | (cur & ((d == 0) | (has_next & close)))
             elif DIST_SHIFT > 0:
                 amb = amb | (cur & has_next & (d == dn))  # two adjacent winners with equal distance bits
             else:
@@ -439,6 +472,10 @@ def _route_kernel(
             e_ids = tl.where(cur, (BLOCK_W - 1) - (wk & (BLOCK_W - 1)), 0)  # lanes
             if ambiguous:
                 hi_x = hi
+                if LOGIT_KEYS:  # the exact scores
+                    row_sum = tl.sum(_exp(x - row_max[:, None], ACCURATE), axis=1)
+                    key_x, _s, hi_x = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
+                                                False, HAS_BIAS, False, ACCURATE)
                 if APPROX_KEYS:
                     key_x, _s, hi_x = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
                                                 SELECT_LOGITS, HAS_BIAS, False, ACCURATE)
@@ -568,9 +605,14 @@ def _route_kernel(
     else:
         # Step 6: the weights from the unbiased scores, recomputed from a gather of the winners' logits.
         xk = tl.load(e_base + e_ids.to(tl.int64) * logits_col_stride, mask=e_mask, other=float("-inf"))
-        xk = _prologue(xk.to(tl.float32), logit_scale, softcap, HAS_SOFTCAP, ACCURATE)
+        xk = _prologue(xk.to(tl.float32), logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
         xk = tl.where((xk != xk) | (xk == float("-inf")), float("-inf"), xk)
-        w = _score(xk, e_max, e_sum, SCORING, ACCURATE)
+        if LOGIT_KEYS:
+            # exp(x - m) / S renormalized is exp(x - m) renormalized: S cancels up to rounding (a few ulp),
+            # and the launcher takes this path only where renorm_eps is below an ulp of the sum.
+            w = _exp(xk - e_max, ACCURATE)
+        else:
+            w = _score(xk, e_max, e_sum, SCORING, ACCURATE)
         w = tl.where(e_mask, w, 0.0)
         if RENORMALIZE:  # step 7; shared columns are not in w yet
             if RENORM_P_ONE:
