@@ -210,7 +210,7 @@ def _launch(
         K=spec.K, C=spec.C, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
         GROUP_MAX=bool(spec.GROUP_MAX), GROUP_ZERO=bool(spec.GROUP_ZERO),
         GROUP_BY_COUNT=block_g <= 32,  # counting is G*G compares per row, cheap only for few groups
-        SCORING=spec.SCORING, SELECT_LOGITS=bool(spec.SELECT_LOGITS), HAS_SCALE=logit_scale != 1.0, HAS_SOFTCAP=bool(spec.HAS_SOFTCAP),
+        SCORING=spec.SCORING, SELECT_LOGITS=bool(spec.SELECT_LOGITS), HAS_SOFTCAP=bool(spec.HAS_SOFTCAP),
         HAS_BIAS=bias is not None, RENORMALIZE=bool(spec.RENORMALIZE), RENORM_P_ONE=bool(spec.RENORM_P_ONE),
         EPS_CLAMP=bool(spec.EPS_CLAMP), HAS_EXPERT_SCALE=expert_scale is not None, APPLY_RSF=bool(spec.APPLY_RSF),
         HASH=bool(spec.HASH), HAS_PLACEMENT=l2p is not None, MAX_REPLICAS=spec.MAX_REPLICAS,
@@ -224,7 +224,8 @@ def _launch(
         BLOCK_KC=triton.next_power_of_2(spec.K + spec.C + (1 if spec.block_m == 1 else 0)),
         DIST_SHIFT=lane_bits - 8 if (lane_bits >= DIST_SHIFT_MIN_LANE_BITS
                                      or (lane_bits == 9 and spec.K >= DIST_SHIFT_512_MIN_K)) else 0,
-        TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, LOGIT_KEYS=logit_keys, FORCE_EXACT=force_exact_override,
+        HAS_SCALE=logit_scale != 1.0, TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, LOGIT_KEYS=logit_keys,
+        FORCE_EXACT=force_exact_override,
         USE_PDL=use_pdl, ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )
