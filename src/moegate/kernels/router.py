@@ -38,7 +38,7 @@ approx_keys_override: bool | None = None
 # H200 run 6 (BENCHMARKS.md), T=65536, fast vs exact keys: 896 experts 364 vs 414 us, but 512 top-22 152 vs
 # 120 (117 registers instead of 70: fewer rows in flight), DeepSeek-V3 fp32 66.8 vs 64.9, Kimi-K2 69.1 vs
 # 68.3; and rows that fail the margin checks make small-T launches wait for one exact-path row.
-APPROX_KEYS_MIN_LANES = 256
+APPROX_KEYS_MIN_LANES = 1024
 # Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
 # True) or never (False).
 logit_keys_override: bool | None = None

@@ -324,6 +324,8 @@ def _route_kernel(
         # launch now (it waits for this one to finish in its own gdc_wait).
         gdc_wait()
         gdc_launch_dependents()
+    # LOGIT_KEYS with unshifted distance words: the winners' logits come out of their words.
+    WORD_LOGITS: tl.constexpr = LOGIT_KEYS and (DIST_SHIFT == 0) and (BLOCK_M == 1)
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
     row_ok = rows < num_tokens
@@ -470,6 +472,10 @@ def _route_kernel(
             if FORCE_EXACT:
                 ambiguous = ambiguous | (hi_max == hi_max)
             e_ids = tl.where(cur, (BLOCK_W - 1) - (wk & (BLOCK_W - 1)), 0)  # lanes
+            if WORD_LOGITS:
+                # A winner's word holds its logit's bits exactly (distance below the best, no shift) unless
+                # the distance was clamped, and then the row is ambiguous: no second, dependent read.
+                e_x = tl.where(cur, _key_of32(base + d), float("-inf"))
             if ambiguous:
                 hi_x = hi
                 if LOGIT_KEYS:  # the exact scores
@@ -485,6 +491,12 @@ def _route_kernel(
                             GROUP_MAX, GROUP_ZERO, GROUP_BY_COUNT)
                 ids_x, _r = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
                 e_ids = tl.reshape(ids_x, [BLOCK_KC])
+                if WORD_LOGITS:  # the exact path's winners: read their logits (N_GROUP == 1: lane = id)
+                    xg = tl.load(logits_ptr + tl.sum(rows64, axis=0) * logits_row_stride
+                                 + e_ids.to(tl.int64) * logits_col_stride,
+                                 mask=cur & (tl.sum(row_ok.to(tl.int32), axis=0) > 0), other=float("-inf"))
+                    xg = _prologue(xg.to(tl.float32), logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+                    e_x = tl.where((xg != xg) | (xg == float("-inf")), float("-inf"), xg)
             if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
                 e_ids = (e_ids // BLOCK_GS) * GROUP_SIZE + e_ids % BLOCK_GS  # lane -> expert id
         else:
@@ -604,9 +616,12 @@ def _route_kernel(
         w = tl.zeros(e_ids.shape, dtype=tl.float32)  # routed columns are written already
     else:
         # Step 6: the weights from the unbiased scores, recomputed from a gather of the winners' logits.
-        xk = tl.load(e_base + e_ids.to(tl.int64) * logits_col_stride, mask=e_mask, other=float("-inf"))
-        xk = _prologue(xk.to(tl.float32), logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
-        xk = tl.where((xk != xk) | (xk == float("-inf")), float("-inf"), xk)
+        if WORD_LOGITS:
+            xk = e_x
+        else:
+            xk = tl.load(e_base + e_ids.to(tl.int64) * logits_col_stride, mask=e_mask, other=float("-inf"))
+            xk = _prologue(xk.to(tl.float32), logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+            xk = tl.where((xk != xk) | (xk == float("-inf")), float("-inf"), xk)
         if LOGIT_KEYS:
             # exp(x - m) / S renormalized is exp(x - m) renormalized: S cancels up to rounding (a few ulp),
             # and the launcher takes this path only where renorm_eps is below an ulp of the sum.
