@@ -494,6 +494,7 @@ def test_softmax_logit_keys_only_where_they_hold():
         (RouterConfig(64, 8, scoring="softmax", renormalize=True, n_group=4, topk_group=2), False),
         (RouterConfig(64, 8, scoring="softmax", renormalize=True, has_correction_bias=True), False),
         (RouterConfig(64, 8, scoring="sigmoid", renormalize=True), False),
+        (RouterConfig(64, 8, scoring="softmax", renormalize=True, routing="hash"), False),
     ]
     kernel = kr.rk._route_kernel
     kr.rk._route_kernel = Capture()
@@ -501,9 +502,11 @@ def test_softmax_logit_keys_only_where_they_hold():
     os.environ["TRITON_INTERPRET"] = "1"  # route_triton takes CPU tensors; nothing runs
     try:
         for config, want in cases:
-            bias = torch.zeros(64) if config.has_correction_bias else None
+            kw = {"bias": torch.zeros(64)} if config.has_correction_bias else {}
+            if config.routing == "hash":
+                kw = {"token_ids": torch.arange(4), "hash_table": torch.randint(0, 64, (16, 8), dtype=torch.int32)}
             seen.clear()
-            kr.route_triton(x, config, ExpertLayout(), bias=bias)
+            kr.route_triton(x, config, ExpertLayout(), **kw)
             assert seen["LOGIT_KEYS"] is want, config
             if want:
                 assert not seen["TRUNCATE_WORDS"]

@@ -121,11 +121,6 @@ def _launch_shape(num_tokens: int, tile: int) -> tuple[int, int]:
     # From the sweep in BENCHMARKS.md (H200): one warp per row up to 512 lanes, rows packed only for
     # very narrow rows (Mixtral's 8) or, mildly, 256 lanes at large T; 1024 lanes want 4 warps.
     if tile <= 32:
-        if num_tokens == 1:
-            # One row, one program either way: the flat one-row path (renormalized softmax selected on the
-            # logits) has the shorter chain (H200 run 10, Mixtral T=1: 1.29 vs 1.58 us; at T=16 and more,
-            # rows packed four a program stay ahead, 1.33 vs 1.95).
-            return 1, 1
         return (16 if num_tokens >= 16384 else 8 if num_tokens >= 2048 else 4), 1
     if tile <= 64:
         return (2 if num_tokens >= 4096 else 1), 1
@@ -189,9 +184,9 @@ def _launch(
     # Renormalized softmax selected on the logits (LOGIT_KEYS): no score for the W - K unselected lanes, no
     # row sum; the weights exp(x - m) / their sum. Needs renorm_eps negligible against that sum (it is >= 1,
     # and the reference's sum of scores is >= K / W), and no groups (a top2_sum of logits is not one of scores).
-    logit_keys = bool(select_truncated and spec.block_m == 1 and spec.N_GROUP == 1 and spec.RENORMALIZE
-                  and spec.RENORM_P_ONE
-                  and not tile_weights and renorm_eps * block_g * block_gs <= 1e-8 * spec.K)
+    logit_keys = bool(select_truncated and not spec.HASH and spec.block_m == 1 and spec.N_GROUP == 1
+                      and spec.RENORMALIZE and spec.RENORM_P_ONE and not tile_weights
+                      and renorm_eps * block_g * block_gs <= 1e-8 * spec.K)
     if logit_keys_override is not None:
         logit_keys = logit_keys and logit_keys_override
     select_truncated = select_truncated and not logit_keys
