@@ -472,9 +472,8 @@ def test_softmax_logit_keys_route_like_exact_scores(K, monkeypatch):
         run_both(tie_free_logits(37, E, seed=3), config)
 
 
-def test_softmax_logit_keys_only_where_they_hold():
-    """The launcher selects on logits only for renormalized softmax without bias or groups, one row a
-    program, and renorm_eps far below the weights' sum; every other softmax keeps its scores."""
+def _launch_kwargs(x, config, **kw):
+    """The constexprs route_triton would launch the kernel with (nothing runs)."""
     import moegate.kernels.router as kr
 
     seen = {}
@@ -485,37 +484,52 @@ def test_softmax_logit_keys_only_where_they_hold():
                 seen.update(kwargs)
             return launch
 
-    x = torch.randn(4, 64)
-    cases = [
-        (RouterConfig(64, 8, scoring="softmax", renormalize=True), True),
-        (RouterConfig(64, 8, scoring="softmax", renormalize=False), False),
-        (RouterConfig(64, 8, scoring="softmax", renormalize=True, renorm_eps=1e-3), False),
-        (RouterConfig(64, 8, scoring="softmax", renormalize=True, renorm_p=2.0), False),
-        (RouterConfig(64, 8, scoring="softmax", renormalize=True, n_group=4, topk_group=2), False),
-        (RouterConfig(64, 8, scoring="softmax", renormalize=True, has_correction_bias=True), False),
-        (RouterConfig(64, 8, scoring="sigmoid", renormalize=True), False),
-        (RouterConfig(64, 8, scoring="softmax", renormalize=True, routing="hash"), False),
-    ]
     kernel = kr.rk._route_kernel
     kr.rk._route_kernel = Capture()
     old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"  # route_triton takes CPU tensors; nothing runs
+    os.environ["TRITON_INTERPRET"] = "1"  # route_triton takes CPU tensors
     try:
-        for config, want in cases:
-            kw = {"bias": torch.zeros(64)} if config.has_correction_bias else {}
-            if config.routing == "hash":
-                kw = {"token_ids": torch.arange(4), "hash_table": torch.randint(0, 64, (16, 8), dtype=torch.int32)}
-            seen.clear()
-            kr.route_triton(x, config, ExpertLayout(), **kw)
-            assert seen["LOGIT_KEYS"] is want, config
-            if want:
-                assert not seen["TRUNCATE_WORDS"]
+        kr.route_triton(x, config, ExpertLayout(), **kw)
     finally:
         kr.rk._route_kernel = kernel
         if old is None:
             os.environ.pop("TRITON_INTERPRET")
         else:
             os.environ["TRITON_INTERPRET"] = old
+    return seen
+
+
+@pytest.mark.parametrize("T,want", [(1, True), (16, False), (4096, False), (16384, True)])
+def test_fast_sigmoid_keys_only_for_wide_rows_at_one_row_or_large_T(T, want):
+    """Fast keys where they paid off on the H200: 1024-lane tiles, one row or T >= 16384; never narrower."""
+    config = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
+    x = torch.empty(T, 896)
+    assert _launch_kwargs(x, config, bias=torch.zeros(896))["APPROX_KEYS"] is want
+    narrow = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    assert _launch_kwargs(torch.empty(T, 256), narrow, bias=torch.zeros(256))["APPROX_KEYS"] is False
+
+
+def test_softmax_logit_keys_only_where_they_hold():
+    """The launcher selects on logits only for renormalized softmax without bias, groups or hash routing,
+    one row a program, and renorm_eps far below the weights' sum; every other softmax keeps its scores."""
+    x = torch.randn(4, 64)
+    hashed = {"token_ids": torch.arange(4), "hash_table": torch.randint(0, 64, (16, 8), dtype=torch.int32)}
+    cases = [
+        (RouterConfig(64, 8, scoring="softmax", renormalize=True), {}, True),
+        (RouterConfig(64, 8, scoring="softmax", renormalize=False), {}, False),
+        (RouterConfig(64, 8, scoring="softmax", renormalize=True, renorm_eps=1e-3), {}, False),
+        (RouterConfig(64, 8, scoring="softmax", renormalize=True, renorm_p=2.0), {}, False),
+        (RouterConfig(64, 8, scoring="softmax", renormalize=True, n_group=4, topk_group=2), {}, False),
+        (RouterConfig(64, 8, scoring="softmax", renormalize=True, has_correction_bias=True),
+         {"bias": torch.zeros(64)}, False),
+        (RouterConfig(64, 8, scoring="sigmoid", renormalize=True), {}, False),
+        (RouterConfig(64, 8, scoring="softmax", renormalize=True, routing="hash"), hashed, False),
+    ]
+    for config, kw, want in cases:
+        seen = _launch_kwargs(x, config, **kw)
+        assert seen["LOGIT_KEYS"] is want, config
+        if want:
+            assert not seen["TRUNCATE_WORDS"]
 
 
 @pytest.mark.parametrize("name,config,tol", [c for c in CONFIGS if c[1].routing != "hash"],

@@ -35,10 +35,15 @@ use_pdl_override: bool | None = None
 # Forced by the tests: sigmoid selection keys from fast math with checked margins (True), exact keys
 # (False), or the heuristic (None); force_exact sends every row down the exact 64-bit path.
 approx_keys_override: bool | None = None
-# H200 run 6 (BENCHMARKS.md), T=65536, fast vs exact keys: 896 experts 364 vs 414 us, but 512 top-22 152 vs
-# 120 (117 registers instead of 70: fewer rows in flight), DeepSeek-V3 fp32 66.8 vs 64.9, Kimi-K2 69.1 vs
-# 68.3; and rows that fail the margin checks make small-T launches wait for one exact-path row.
+# H200 runs 6 and 9 (BENCHMARKS.md), fast vs exact keys: 896 experts faster (T=65536: 351 vs 409 us), every
+# narrower tile level or slower (run 9, T=65536: DeepSeek-V3 fp32 62.8 vs 63.1, 512 top-22 144 vs 115 with
+# 101 registers; T=4096: DeepSeek-V3 7.8 vs 6.0): those rows are bound by integer ALU work the keys do not
+# touch, and rows that fail the margin checks make one-wave launches wait for an exact-path row.
 APPROX_KEYS_MIN_LANES = 1024
+# ... and only for one row or large launches. A row whose margins fail reruns steps 2-5 on exact keys, and
+# a launch of one wave waits for it: H200 run 10, 896 top-16, fast vs exact keys: T=1 3.80 vs 4.71 us,
+# T=16 9.32 vs 4.79, T=256 9.72 vs 5.16, T=4096 28.65 vs 27.89, T=65536 351 vs 408.
+APPROX_KEYS_MIN_TOKENS = 16384
 # Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
 # True) or never (False).
 logit_keys_override: bool | None = None
@@ -177,7 +182,7 @@ def _launch(
     # (equal logits, equal keys), and every tie fails the margin check: those keep the exact keys.
     approx_keys = (spec.SCORING == 1 and not spec.SELECT_LOGITS and not spec.HASH and not tile_weights
                    and spec.block_m == 1 and (bias is not None or logits.dtype == torch.float32)
-                   and block_g * block_gs >= APPROX_KEYS_MIN_LANES)
+                   and block_g * block_gs >= APPROX_KEYS_MIN_LANES and (T == 1 or T >= APPROX_KEYS_MIN_TOKENS))
     if approx_keys_override is not None:
         approx_keys = approx_keys_override and spec.SCORING == 1 and not spec.SELECT_LOGITS and not spec.HASH \
             and not tile_weights and spec.block_m == 1
