@@ -42,8 +42,9 @@ approx_keys_override: bool | None = None
 APPROX_KEYS_MIN_LANES = 1024
 # ... and only for one row or large launches. A row whose margins fail reruns steps 2-5 on exact keys, and
 # a launch of one wave waits for it: H200 run 10, 896 top-16, fast vs exact keys: T=1 3.80 vs 4.71 us,
-# T=16 9.32 vs 4.79, T=256 9.72 vs 5.16, T=4096 28.65 vs 27.89, T=65536 351 vs 408.
-APPROX_KEYS_MIN_TOKENS = 16384
+# T=16 9.32 vs 4.79, T=256 9.72 vs 5.16, T=4096 28.65 vs 27.89, T=65536 351 vs 408; T=8192 49.2 (run 10,
+# fast) vs 53.5 (run 12, exact).
+APPROX_KEYS_MIN_TOKENS = 8192
 # Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
 # True) or never (False).
 logit_keys_override: bool | None = None
