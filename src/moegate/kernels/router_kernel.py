@@ -18,7 +18,8 @@ MARK + its round, so after the rounds every lane knows its output column.
 Weights. For narrow rows at small T (TILE_WEIGHTS) the winning lanes store their own scores, already in
 registers: no second, dependent gather. Otherwise the K winners' logits are gathered again (L1/L2
 hits) and pushed through the very same arithmetic as the tile, so they equal the tile's scores bit for
-bit, on K lanes instead of all of them (measured faster for rows wider than a warp).
+bit, on K lanes instead of all of them (measured faster for rows wider than a warp). Renormalized softmax
+selected on the logits (LOGIT_KEYS) reads the winners' logits out of their selection words instead.
 
 Launch. On sm_90+ small launches use programmatic dependent launch (as SGLang's router does):
 ``gdc_wait`` before the first read, so the launch overlaps the previous kernel's tail.
