@@ -127,9 +127,17 @@ def _launch_shape(num_tokens: int, tile: int) -> tuple[int, int]:
     # From the sweep in BENCHMARKS.md (H200): one warp per row up to 512 lanes, rows packed only for
     # very narrow rows (Mixtral's 8) or, mildly, 256 lanes at large T; 1024 lanes want 4 warps.
     if tile <= 32:
+        if num_tokens == 1:
+            # The flat one-row path (logit keys for renormalized softmax) has the shorter chain: Mixtral
+            # T=1, back to back in one process, 1.29 vs 1.58 us (run 10 A/B) and 1.32 vs 1.72 (sweep 13).
+            return 1, 1
         return (16 if num_tokens >= 16384 else 8 if num_tokens >= 2048 else 4), 1
     if tile <= 64:
         return (2 if num_tokens >= 4096 else 1), 1
+    if tile <= 128 and num_tokens >= 32768:
+        # Sweep 13, Qwen3 (128 lanes): four rows a warp 36.8 us at T=65536 against 42.1 one a warp; one a
+        # warp still ahead at T=16384 (12.1 vs 12.6) and below.
+        return 4, 1
     if tile <= 512:
         return 1, 1
     return 1, min(16, tile // 256)
