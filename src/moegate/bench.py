@@ -294,8 +294,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write the rows and the summary here")
     p.add_argument("--sweep", action="store_true", help="time launch shapes instead of providers")
     p.add_argument("--ab", default=None,
-                   help="after the table, also time the AB_VARIANTS (exact keys, two rows a program, PDL off) "
-                        "at these token counts")
+                   help="after the table, also time the AB_VARIANTS (exact keys, score keys, one or two rows a "
+                        "program, PDL off) at these token counts")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("moegate bench needs a CUDA device; none is available")
