@@ -441,7 +441,13 @@ def _near_tie_softmax_rows(E, seed):
     dead[:, : E - 5] = float("-inf")  # five live lanes for K = 8
     dead[:, 3] = float("nan")
     big = (ulps - 1) * 2e4 + 1e4  # |x| ~ 1e4: the margin grows with |x|
-    return torch.cat([ulps, spread, pairs, ties, zeros, far, dead, big])
+    # Winners k ulps apart (k = 1..E) at several magnitudes, so that the margin's edge falls inside.
+    steps = []
+    for base in (3e-3, 0.75, 6.0, -40.0, 300.0):
+        b = torch.tensor(base, dtype=torch.float32).view(torch.int32)
+        k = order[:2].to(torch.int32) * (1 + order[:2] % 7).to(torch.int32)
+        steps.append((b + k).view(torch.float32))
+    return torch.cat([ulps, spread, pairs, ties, zeros, far, dead, big, *steps])
 
 
 @pytest.mark.parametrize("K", [1, 8])
