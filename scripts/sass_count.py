@@ -1,6 +1,6 @@
 """Compile the router kernel for sm_90 on this machine (no GPU) and count its SASS instructions.
 
-    python scripts/sass_count.py deepseek-v3-fp32 --tokens 65536 [--opcodes] [--dump FILE]
+    python scripts/sass_count.py deepseek-v3-fp32 --tokens 65536 [--opcodes] [--lines] [--dump FILE]
 
 The shapes are the benchmark's (moegate.bench.SHAPES). The launch goes through ``route_triton`` with the
 kernel swapped for a recorder, so the constexprs, launch shape and argument specialisation (16-byte
@@ -83,30 +83,89 @@ def sass_counts(compiled) -> collections.Counter:
     return counts
 
 
-def fast_path_estimate(compiled) -> int:
-    """Instructions of the main body minus its largest forward-skipped block (the exact-path fallback,
-    which rows take only when the fast 32-bit words cannot decide) and minus the IEEE division slow paths
-    (subroutines after the body's EXIT): an estimate of what one row executes."""
-    lines = [ln for ln in compiled.asm["sass"].splitlines() if ln.strip()]
-    labels, body, end = {}, [], None
-    for ln in lines:
-        text = ln.split("\t")[-1].strip()
-        if re.match(r"^[.\w]+:$", text):
-            labels[text[:-1]] = len(body)
+# SASS opcodes that issue to the ALU pipe (integer compare, select, logic, min/max, float compare and
+# select): a half-rate pipe on sm_90, the one Nsight Compute found busiest for the 256-lane rows (run 9).
+ALU_OPS = frozenset(("ISETP", "SEL", "LOP3", "VIMNMX", "VIMNMX3", "VIADDMNMX", "IADD3", "SHF", "FSETP", "FSEL",
+                     "FMNMX", "PLOP3", "P2R", "R2P", "PRMT", "POPC", "FLO", "IABS", "LEA", "SGXT", "VIADD",
+                     "BMSK", "IMNMX", "MOV", "FCHK"))
+
+
+def _disassemble(compiled):
+    """[(source file, line, instruction text)] of the cubin in order, and {label: index}."""
+    import subprocess
+    import tempfile
+
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    nvdisasm = os.path.join(os.path.dirname(get_ptxas(90).path), "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        out = subprocess.run([nvdisasm, "-g", "-c", f.name], capture_output=True, text=True, check=True).stdout
+    where, seq, labels = (None, None), [], {}
+    for ln in out.splitlines():
+        m = re.search(r'//## File "([^"]+)", line (\d+)', ln)
+        if m:
+            where = (os.path.basename(m.group(1)), int(m.group(2)))
             continue
-        if end is None and text.startswith("EXIT"):
-            end = len(body)
-        body.append(text)
-    if end is None:
-        end = len(body)
-    skip = 0
-    for i, text in enumerate(body[:end]):
-        m = re.match(r"@!?P\d+\s+BRA\s+([.\w]+);", text)
-        if m and labels.get(m.group(1), -1) > i:
-            skip = max(skip, min(labels[m.group(1)], end) - i)
-    # The slow path of each IEEE division sits inline as a short skipped block with a CALL: ~6 lines each.
-    calls = sum(1 for t in body[:end] if t.startswith("CALL"))
-    return end - skip - 6 * calls
+        m = re.match(r"^\s*(\.L\w+):", ln)
+        if m:
+            labels[m.group(1)] = len(seq)
+            continue
+        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(.*?);", ln)
+        if m:
+            seq.append((*where, m.group(1).strip()))
+    return seq, labels
+
+
+def _opcode(text: str) -> str:
+    parts = text.split()
+    return (parts[1] if parts[0].startswith("@") else parts[0]).split(".")[0]
+
+
+def fast_path(compiled):
+    """The instructions one row executes on the fast path: the kernel body up to its EXIT, without the
+    block that the `if ambiguous:` branch skips (the exact-path fallback) and without the IEEE divisions'
+    slow paths (short skipped blocks that CALL a subroutine). [(file, line, text)]."""
+    seq, labels = _disassemble(compiled)
+    end = next((i for i, x in enumerate(seq) if x[2].startswith("EXIT")), len(seq))
+    src = open(rk.__file__).read().splitlines()
+    amb_line = next(i + 1 for i, ln in enumerate(src) if ln.strip() == "if ambiguous:")
+    kernel_file = os.path.basename(rk.__file__)
+    drop, exact, largest = set(), None, (0, 0)
+    for i, (fname, line, text) in enumerate(seq[:end]):
+        m = re.match(r"@!?U?P\w+\s+BRA\s+(?:!?U?P\w+,\s*)?`?\(?([.\w]+)", text)
+        if not m or labels.get(m.group(1), -1) <= i:
+            continue
+        j = min(labels[m.group(1)], end)
+        if j - i > largest[1] - largest[0]:
+            largest = (i + 1, j)
+        if fname == kernel_file and line == amb_line and exact is None:
+            exact = (i + 1, j)
+        elif j - i < 12 and any(seq[k][2].startswith("CALL") for k in range(i, j)):
+            drop.update(range(i + 1, j))
+    # The one-row path's fallback sits under `if ambiguous:`; elsewhere it is the largest skipped block.
+    drop.update(range(*(exact or largest)))
+    return [x for i, x in enumerate(seq[: end + 1]) if i not in drop]
+
+
+def fast_path_estimate(compiled) -> int:
+    return len(fast_path(compiled))
+
+
+def print_lines(compiled) -> None:
+    """Fast-path instructions (and how many issue to the ALU pipe) per source line, busiest first."""
+    body = fast_path(compiled)
+    src = open(rk.__file__).read().splitlines()
+    kernel_file = os.path.basename(rk.__file__)
+    total, alu = collections.Counter(), collections.Counter()
+    for fname, line, text in body:
+        total[(fname, line)] += 1
+        alu[(fname, line)] += _opcode(text) in ALU_OPS
+    print(f"    fast path {len(body)} instructions, {sum(alu.values())} on the ALU pipe")
+    for (fname, line), n in total.most_common(25):
+        code = src[line - 1].strip()[:80] if fname == kernel_file and line else ""
+        print(f"    {n:4d} ({alu[(fname, line)]:3d} alu) {fname}:{line} {code}")
 
 
 def main(argv=None) -> int:
@@ -120,6 +179,8 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="set a launcher override of moegate.kernels.router first, e.g. approx_keys_override=False")
     p.add_argument("--dump", help="write the SASS of the last shape to this file (and its TTGIR to FILE.ttgir)")
+    p.add_argument("--lines", action="store_true",
+                   help="attribute the fast path's instructions to source lines (the cubin's line table)")
     a = p.parse_args(argv)
     for item in a.set:
         name, value = item.split("=", 1)
@@ -142,6 +203,8 @@ def main(argv=None) -> int:
               f"sass={total} fast_path~{fast_path_estimate(compiled)}")
         if a.opcodes:
             print("   ", " ".join(f"{k}:{v}" for k, v in counts.most_common()))
+        if a.lines:
+            print_lines(compiled)
         if a.dump:
             with open(a.dump, "w") as f:
                 f.write(compiled.asm["sass"])
