@@ -452,8 +452,9 @@ def _route_kernel(
             elif LOGIT_KEYS:
                 # Reference scores e / S with e = exp(x - m) (expf within 2 ulp) keep two logits' strict order
                 # when x_i - x_j > 2**-20 + 2**-24 (|x_i| + |x_j| + 2 |m|): then e_i / e_j > 1 + 2**-21 and two
-                # floats lie between the quotients. Twice that margin here; equal logits (equal words at
-                # DIST_SHIFT 0) are equal scores, ordered by lane like the reference's ties.
+                # floats lie between the quotients. tol below is 2**-18 + 2**-23 (...): four and two times
+                # those terms. Equal logits (equal words at DIST_SHIFT 0) are equal scores, ordered by lane
+                # like the reference's ties.
                 k_lo = _key_of32(base + (d << DIST_SHIFT))
                 k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
                 m_abs = tl.abs(tl.sum(row_max, axis=0))
