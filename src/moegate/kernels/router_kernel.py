@@ -114,6 +114,15 @@ def _prologue(x, logit_scale, softcap, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.
 
 
 @triton.jit
+def _gather_logits(row_ptr, ids, col_stride, mask, logit_scale, softcap, HAS_SCALE: tl.constexpr,
+                   HAS_SOFTCAP: tl.constexpr, ACCURATE: tl.constexpr):
+    """The logits of experts ``ids`` of one row through step 1, dead ones (NaN, -inf, masked) at -inf."""
+    x = tl.load(row_ptr + ids.to(tl.int64) * col_stride, mask=mask, other=float("-inf"))
+    x = _prologue(x.to(tl.float32), logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+    return tl.where((x != x) | (x == float("-inf")), float("-inf"), x)
+
+
+@triton.jit
 def _score(x, row_max, row_sum, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
     """Step 2 on fp32 logits whose dead entries (NaN, -inf) are already -inf: they all score 0."""
     if SCORING == 0:
@@ -494,11 +503,9 @@ def _route_kernel(
                 ids_x, _r = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
                 e_ids = tl.reshape(ids_x, [BLOCK_KC])
                 if WORD_LOGITS:  # the exact path's winners: read their logits (N_GROUP == 1: lane = id)
-                    xg = tl.load(logits_ptr + tl.sum(rows64, axis=0) * logits_row_stride
-                                 + e_ids.to(tl.int64) * logits_col_stride,
-                                 mask=cur & (tl.sum(row_ok.to(tl.int32), axis=0) > 0), other=float("-inf"))
-                    xg = _prologue(xg.to(tl.float32), logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
-                    e_x = tl.where((xg != xg) | (xg == float("-inf")), float("-inf"), xg)
+                    e_x = _gather_logits(logits_ptr + tl.sum(rows64, axis=0) * logits_row_stride, e_ids,
+                                         logits_col_stride, cur & (tl.sum(row_ok.to(tl.int32), axis=0) > 0),
+                                         logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
             if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
                 e_ids = (e_ids // BLOCK_GS) * GROUP_SIZE + e_ids % BLOCK_GS  # lane -> expert id
         else:
@@ -621,9 +628,8 @@ def _route_kernel(
         if WORD_LOGITS:
             xk = e_x
         else:
-            xk = tl.load(e_base + e_ids.to(tl.int64) * logits_col_stride, mask=e_mask, other=float("-inf"))
-            xk = _prologue(xk.to(tl.float32), logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
-            xk = tl.where((xk != xk) | (xk == float("-inf")), float("-inf"), xk)
+            xk = _gather_logits(e_base, e_ids, logits_col_stride, e_mask, logit_scale, softcap, HAS_SCALE,
+                                HAS_SOFTCAP, ACCURATE)
         if LOGIT_KEYS:
             # exp(x - m) / S renormalized is exp(x - m) renormalized: S cancels up to rounding (a few ulp),
             # and the launcher takes this path only where renorm_eps is below an ulp of the sum.
