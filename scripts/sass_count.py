@@ -190,7 +190,8 @@ def main(argv=None) -> int:
         logits = torch.randn(64, config.num_scored).to(dtype)
         bias = torch.randn(config.num_scored) * 0.1 if config.has_correction_bias else None
         layout = ExpertLayout()
-        block_m, num_warps = kr._launch_shape(a.tokens, kr._tile_shape(config)[0] * kr._tile_shape(config)[1])
+        block_m, num_warps = kr._launch_shape(a.tokens, kr._tile_shape(config)[0] * kr._tile_shape(config)[1],
+                                               kr._use_thread_rows(config))
         saved = kr.launch_override
         kr.launch_override = (block_m, num_warps)
         try:

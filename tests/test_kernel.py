@@ -553,6 +553,95 @@ def test_exact_path_for_every_row(name, config, tol, monkeypatch):
         run_both(logits, config, tol=tol, near_ties=config.has_correction_bias, **extras(config, 5))
 
 
+def _thread_row_configs():
+    """CONFIGS' ungrouped, unhashed knobs on 16 (or 13) experts: rows narrow enough for one a thread."""
+    cases = []
+    for name, config, tol in CONFIGS:
+        if config.n_group == 1 and config.routing != "hash" and config.num_experts <= 64:
+            E = 13 if name == "top1-non-pow2" else 16
+            cases.append((name, config.replace(num_experts=E, num_zero_experts=min(config.num_zero_experts, 5)),
+                          tol))
+    return cases
+
+
+@pytest.mark.parametrize("name,config,tol", _thread_row_configs(), ids=[c[0] for c in _thread_row_configs()])
+def test_thread_rows_match_reference(name, config, tol, monkeypatch):
+    """One row a thread (THREAD_ROWS), forced: every ungrouped knob, every layout, fp32 and bf16 logits, at
+    one row a thread on one warp (the heuristic's launch), two rows a thread, and two warps."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "thread_rows_override", True)
+    E = config.num_scored
+    for launch in (None, (64, 1), (64, 2)):
+        monkeypatch.setattr(kr, "launch_override", launch)
+        for (lname, layout, S), dtype in zip(_layouts(config.num_experts), (torch.float32, torch.bfloat16) * 3,
+                                             strict=False):
+            if config.num_zero_experts and lname != "default":
+                continue
+            for seed, T in enumerate((0, 1, 70)):
+                logits = tie_free_logits(T, E, dtype, seed)
+                run_both(logits, config.replace(num_shared_experts=S), layout, tol=tol,
+                         near_ties=config.has_correction_bias, home_rank=layout.ep_size - 1,
+                         **extras(config, T, seed))
+
+
+def test_thread_rows_ties_nan_and_neg_inf(monkeypatch):
+    """One row a thread on the edge cases: equal keys go to the lower id, NaN and -inf are dead (key -inf,
+    weight 0, still selected in id order when fewer than K experts live), -0.0 ties with +0.0."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "thread_rows_override", True)
+    g = torch.Generator().manual_seed(11)
+    E, K = 12, 4
+    for config in (
+        RouterConfig(E, K),
+        RouterConfig(E, K, scoring="sigmoid", has_correction_bias=True, routed_scaling_factor=2.5),
+        RouterConfig(E, K, scoring="sqrtsoftplus", softcap=5.0),
+        RouterConfig(E, K, selection="logits", scoring="sigmoid", renormalize=False),
+        RouterConfig(E, K, renorm_eps=0.0),
+        RouterConfig(E, K, scoring="sigmoid", renorm_eps=0.0, renorm_eps_mode="clamp", renorm_p=2.0),
+    ):
+        logits = torch.randint(0, 3, (40, E), generator=g).float()
+        logits[0] = 1.0  # all equal: ids 0..K-1
+        logits[1, ::3] = float("nan")
+        logits[2, 2:] = float("-inf")  # fewer than K live experts
+        logits[3] = float("nan")
+        logits[4] = float("-inf")
+        logits[5] = 0.0
+        logits[5, ::2] = -0.0
+        logits[6, : E // 2] = float("nan")
+        kw = extras(config, 40)
+        if "bias" in kw:
+            kw["bias"] = torch.zeros_like(kw["bias"])
+        got, _ = run_both(logits.to(DEVICE), config, **kw)
+        assert got.ids[0, :K].tolist() == list(range(K))
+        assert got.ids[5, :K].tolist() == list(range(K))
+        if config.softcap is None:
+            assert (got.weights[3] == 0).all() and (got.weights[4] == 0).all()
+        assert (got.weights >= 0).all()
+
+
+def test_thread_rows_only_where_they_apply(monkeypatch):
+    """The launcher takes one row a thread for narrow ungrouped rows only, and refuses a forced launch that
+    does not hold a whole number of rows a thread."""
+    import moegate.kernels.router as kr
+
+    assert kr._use_thread_rows(RouterConfig(8, 2))  # Mixtral
+    assert kr._use_thread_rows(RouterConfig(16, 2, scoring="sigmoid", has_correction_bias=True))
+    assert not kr._use_thread_rows(RouterConfig(128, 8))  # Qwen3
+    assert not kr._use_thread_rows(RouterConfig(16, 2, n_group=4, topk_group=2))
+    assert not kr._use_thread_rows(RouterConfig(16, 2, routing="hash"))
+    monkeypatch.setattr(kr, "thread_rows_override", False)
+    assert not kr._use_thread_rows(RouterConfig(8, 2))
+    monkeypatch.setattr(kr, "thread_rows_override", True)
+    assert kr._use_thread_rows(RouterConfig(256, 8)) and not kr._use_thread_rows(RouterConfig(256, 8, n_group=8,
+                                                                                              topk_group=4))
+    assert kr._launch_shape(1, 8, thread_rows=True) == (32, 1)
+    monkeypatch.setattr(kr, "launch_override", (16, 1))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        route(tie_free_logits(2, 8), RouterConfig(8, 2), backend="triton")
+
+
 @pytest.mark.parametrize("as_tensor", [False, True])
 def test_padding_rows(as_tensor):
     config = RouterConfig(32, 4, scoring="sigmoid", has_correction_bias=True, num_shared_experts=2)

@@ -53,6 +53,15 @@ SHAPES = {
     "512-top22": (RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True), torch.float32),
     "896-top16": (RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True), torch.float32),
 }
+# Narrow rows beyond the issue's list, for --shapes / --ab / --sweep only (not in the default table or its
+# geo-means): where one row a thread stops paying off.
+EXTRA_SHAPES = {
+    "16-top2": (RouterConfig(16, 2, scoring="softmax", renormalize=True), torch.float32),
+    "32-top8": (RouterConfig(32, 8, scoring="softmax", renormalize=True), torch.float32),
+    "64-top8": (RouterConfig(64, 8, scoring="softmax", renormalize=False), torch.float32),
+}
+SHAPES.update(EXTRA_SHAPES)
+DEFAULT_SHAPES = [name for name in SHAPES if name not in EXTRA_SHAPES]
 
 
 def _load_sglang():
@@ -220,19 +229,25 @@ AB_VARIANTS = {
     "one-row": {"launch_override": (1, 1)},  # one row a warp (flat epilogue; logit keys for softmax)
     "two-rows": {"launch_override": (2, 1)},  # two rows a program (the 2-D epilogue and rounds)
     "no-pdl": {"use_pdl_override": False},
+    "thread-rows": {"thread_rows_override": True},  # one row a thread (ungrouped rows of any width)
+    "warp-rows": {"thread_rows_override": False},  # rows on warps (the path of wide rows)
+    "group-top": {"group_pairs_override": False},  # top2_sum from the top and a compare of every lane
 }
 
 
-def ab(shapes, tokens, rep):
-    """moegate as the heuristic launches it and with each of AB_VARIANTS, on the same inputs."""
+def ab(shapes, tokens, rep, variants=None):
+    """moegate as the heuristic launches it and with each of AB_VARIANTS (or the named ones), on the same
+    inputs."""
     import moegate.kernels.router as kr
+
+    chosen = {k: v for k, v in AB_VARIANTS.items() if variants is None or k in variants}
 
     for name in shapes:
         config, dtype = SHAPES[name]
         for T in tokens:
             fns = _providers(config, dtype, T, None, set())
             times = {"heuristic": _time(fns["moegate"], rep)}
-            for label, overrides in AB_VARIANTS.items():
+            for label, overrides in chosen.items():
                 saved = {k: getattr(kr, k) for k in overrides}
                 for k, v in overrides.items():
                     setattr(kr, k, v)
@@ -248,8 +263,10 @@ def ab(shapes, tokens, rep):
             print(f"ab {name:18} T={T:>6} " + " ".join(f"{k} {v:6.2f}" for k, v in times.items()), flush=True)
 
 
-def _candidates(width):
+def _candidates(width, thread_rows=False):
     """(rows per program, warps) worth timing for a row of ``width`` lanes (a few K lanes per program)."""
+    if thread_rows:  # rows a program: a multiple of 32 a warp
+        return [(32, 1), (64, 1), (128, 1), (64, 2), (128, 2), (128, 4), (256, 4)]
     if width <= 128:
         return [(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (32, 1), (64, 1), (4, 2), (8, 2), (16, 4)]
     if width <= 512:
@@ -264,7 +281,7 @@ def sweep(shapes, tokens, rep):
     for name in shapes:
         config, dtype = SHAPES[name]
         g, gs = kr._tile_shape(config)
-        candidates = _candidates(g * gs)
+        candidates = _candidates(g * gs, kr._use_thread_rows(config))
         for T in tokens:
             fns = _providers(config, dtype, T, None, set())
             times = {}
@@ -284,7 +301,9 @@ def sweep(shapes, tokens, rep):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="moegate bench", description=__doc__.split("\n")[0])
-    p.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated names: " + ", ".join(SHAPES))
+    p.add_argument("--shapes", default=",".join(DEFAULT_SHAPES),
+                   help="comma-separated names: " + ", ".join(SHAPES) + " (default: all but "
+                        + ", ".join(EXTRA_SHAPES) + ")")
     p.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     p.add_argument("--ref-tokens", default="4096,65536",
                    help="token counts at which the torch reference (eager and compiled) is timed too; '' for none")
@@ -296,6 +315,8 @@ def main(argv=None) -> int:
     p.add_argument("--ab", default=None,
                    help="after the table, also time the AB_VARIANTS (exact keys, score keys, one or two rows a "
                         "program, PDL off) at these token counts")
+    p.add_argument("--ab-variants", default=None,
+                   help="comma-separated AB_VARIANTS to time with --ab (default: all): " + ", ".join(AB_VARIANTS))
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("moegate bench needs a CUDA device; none is available")
@@ -323,7 +344,11 @@ def main(argv=None) -> int:
     lines = summary(rows) if sglang is not None else ["(no sglang: no ratios)"]
     print("\n".join(lines))
     if args.ab:
-        ab(shapes, [int(t) for t in args.ab.split(",") if t], args.rep)
+        variants = None if args.ab_variants is None else args.ab_variants.split(",")
+        for v in variants or ():
+            if v not in AB_VARIANTS:
+                p.error(f"unknown --ab-variants entry {v!r}; valid: {', '.join(AB_VARIANTS)}")
+        ab(shapes, [int(t) for t in args.ab.split(",") if t], args.rep, variants)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,

@@ -49,6 +49,13 @@ APPROX_KEYS_MIN_TOKENS = 8192
 # True) or never (False).
 logit_keys_override: bool | None = None
 force_exact_override: bool = False
+# Narrow rows without groups or hashing, one row a thread (THREAD_ROWS): forced on (True) for any width the
+# tests pick, off (False), or the heuristic (None): rows of at most THREAD_ROWS_MAX_LANES experts.
+thread_rows_override: bool | None = None
+# top2_sum group scores from one reduction over (largest, second) pairs (True) or from the top, a compare of
+# every lane against it, and a second max (False).
+group_pairs_override: bool | None = None
+THREAD_ROWS_MAX_LANES = 16
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
@@ -93,6 +100,7 @@ class _Spec(NamedTuple):
     SLOTS_PER_RANK: int
     NUM_PHYSICAL: int
     MAX_REPLICAS: int
+    THREAD_ROWS: int
     num_valid: int  # -1: read from the device tensor
     home_rank: int
     layer: int
@@ -111,12 +119,28 @@ def _tile_shape(config: RouterConfig) -> tuple[int, int]:
     return triton.next_power_of_2(config.n_group), triton.next_power_of_2(config.group_size)
 
 
-def _launch_shape(num_tokens: int, tile: int) -> tuple[int, int]:
+def _use_thread_rows(config: RouterConfig) -> bool:
+    """One row a thread (the kernel's THREAD_ROWS): rows without groups or hashing, narrow ones by default."""
+    eligible = config.n_group == 1 and config.routing != "hash"
+    if thread_rows_override is not None:
+        return eligible and thread_rows_override
+    return eligible and config.num_scored <= THREAD_ROWS_MAX_LANES
+
+
+def _launch_shape(num_tokens: int, tile: int, thread_rows: bool = False) -> tuple[int, int]:
     """(rows per program, warps per program).
 
     A row's top-K is a chain of K reductions; one warp per row keeps them on shuffles. Packing more rows
-    into a program or more warps into a row only paid off where the sweep says so.
+    into a program or more warps into a row only paid off where the sweep says so. With ``thread_rows``
+    a program takes 32 rows a warp (or a multiple).
     """
+    if thread_rows:
+        if launch_override is not None:
+            if launch_override[0] % (32 * launch_override[1]):
+                raise ValueError(f"launch_override={launch_override}: one row a thread needs rows per program "
+                                 "to be a multiple of 32 * warps")
+            return launch_override
+        return 32, 1
     if launch_override is not None:
         if launch_override[1] == 1 and launch_override[0] == 1 and tile >= 1024:
             # H200 run 8: one warp on a 1024- or 2048-lane row returns ids past the tile on the exact
@@ -176,7 +200,7 @@ def _launch(
     select_truncated = (spec.SCORING == 0 and not spec.SELECT_LOGITS) and bias is None  # softmax scores
     # Weights from the tile (no second gather) wherever the tile holds the scores and the epilogue is the
     # plain one: not for logits selection (the tile holds no scores), hash routing, p-norms, packed words.
-    tile_weights = not (spec.HASH or spec.SELECT_LOGITS or packed is not None
+    tile_weights = not (spec.HASH or spec.SELECT_LOGITS or packed is not None or spec.THREAD_ROWS
                         or (spec.RENORMALIZE and not spec.RENORM_P_ONE))
     if tile_weights and spec.block_m == 1:
         tile_weights = False  # one row a program selects without marking the winners' lanes
@@ -203,7 +227,7 @@ def _launch(
                       and renorm_eps * block_g * block_gs <= 1e-8 * spec.K)
     if logit_keys_override is not None:
         logit_keys = logit_keys and logit_keys_override
-    select_truncated = select_truncated and not logit_keys
+    select_truncated = select_truncated and not logit_keys and not spec.THREAD_ROWS
     use_pdl = _use_pdl(logits.device, T)
     extra = {"launch_pdl": True} if use_pdl else {}
     rk._route_kernel[grid](
@@ -224,6 +248,7 @@ def _launch(
         K=spec.K, C=spec.C, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
         GROUP_MAX=bool(spec.GROUP_MAX), GROUP_ZERO=bool(spec.GROUP_ZERO),
         GROUP_BY_COUNT=block_g <= 32,  # counting is G*G compares per row, cheap only for few groups
+        GROUP_PAIRS=True if group_pairs_override is None else group_pairs_override,
         SCORING=spec.SCORING, SELECT_LOGITS=bool(spec.SELECT_LOGITS), HAS_SOFTCAP=bool(spec.HAS_SOFTCAP),
         HAS_BIAS=bias is not None, RENORMALIZE=bool(spec.RENORMALIZE), RENORM_P_ONE=bool(spec.RENORM_P_ONE),
         EPS_CLAMP=bool(spec.EPS_CLAMP), HAS_EXPERT_SCALE=expert_scale is not None, APPLY_RSF=bool(spec.APPLY_RSF),
@@ -239,6 +264,7 @@ def _launch(
         DIST_SHIFT=lane_bits - 8 if (lane_bits >= DIST_SHIFT_MIN_LANE_BITS
                                      or (lane_bits == 9 and spec.K >= DIST_SHIFT_512_MIN_K)) else 0,
         HAS_SCALE=logit_scale != 1.0, TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, LOGIT_KEYS=logit_keys,
+        THREAD_ROWS=bool(spec.THREAD_ROWS),
         FORCE_EXACT=force_exact_override,
         USE_PDL=use_pdl, ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
@@ -400,7 +426,8 @@ def route_triton(
     E = config.num_experts
     P = layout.num_physical(E)
     block_g, block_gs = _tile_shape(config)
-    block_m, num_warps = _launch_shape(T, block_g * block_gs)
+    thread_rows = _use_thread_rows(config)
+    block_m, num_warps = _launch_shape(T, block_g * block_gs, thread_rows)
     num_valid = num_valid_tokens if isinstance(num_valid_tokens, torch.Tensor) else None
     rsf = float(config.routed_scaling_factor)
     spec = _Spec(
@@ -413,6 +440,7 @@ def route_triton(
         HASH=int(config.routing == "hash"), REPLICA_POLICY=rk.REPLICA_POLICIES[layout.replica_policy],
         SHARED_MODE=rk.SHARED_SLOTS[layout.shared_slots], NUM_SHARED=config.num_shared_experts,
         SLOTS_PER_RANK=P // layout.ep_size, NUM_PHYSICAL=P, MAX_REPLICAS=max_replicas,
+        THREAD_ROWS=int(thread_rows),
         num_valid=-1 if num_valid is not None else (T if num_valid_tokens is None else int(num_valid_tokens)),
         home_rank=home_rank, layer=layer, block_m=block_m, num_warps=num_warps,
     )

@@ -208,9 +208,15 @@ def _key_bits(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_L
 
 
 @triton.jit
+def _top2_combine(a1, a2, b1, b2):
+    """The two largest of two (largest, second) pairs, a repeated largest counted twice."""
+    return tl.maximum(a1, b1), tl.maximum(tl.minimum(a1, b1), tl.maximum(a2, b2))
+
+
+@triton.jit
 def _group_mask(hi, key, dead, ok2, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.constexpr,
                 BLOCK_W: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr, GROUP_MAX: tl.constexpr,
-                GROUP_ZERO: tl.constexpr, GROUP_BY_COUNT: tl.constexpr):
+                GROUP_ZERO: tl.constexpr, GROUP_BY_COUNT: tl.constexpr, GROUP_PAIRS: tl.constexpr):
     """Step 4 on the exact 32-bit key bits (padding lanes hold INT32_MIN).
 
     The group's top key, and for top2_sum its second key, which is the top key again when that appears
@@ -219,10 +225,15 @@ def _group_mask(hi, key, dead, ok2, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr
     lowest kept and the highest dropped group score (the margin that APPROX_KEYS checks).
     """
     hi3 = tl.reshape(hi, [BLOCK_M, BLOCK_G, BLOCK_GS])
-    top1 = tl.max(hi3, axis=2)  # [BM, BG]
-    if GROUP_MAX:
+    if GROUP_PAIRS and not GROUP_MAX:
+        # One reduction over (largest, second) pairs: no compare of every lane against the top.
+        top1, second = tl.reduce((hi3, tl.full(hi3.shape, INT32_MIN, tl.int32)), 2, _top2_combine)
+        group_score = _key_of32(top1) + _key_of32(second)
+    elif GROUP_MAX:
+        top1 = tl.max(hi3, axis=2)  # [BM, BG]
         group_score = _key_of32(top1)
     else:
+        top1 = tl.max(hi3, axis=2)  # [BM, BG]
         at_top = hi3 == top1[:, :, None]
         second = tl.max(tl.where(at_top, INT32_MIN, hi3), axis=2)
         repeated = tl.sum(at_top.to(tl.int32), axis=2) > 1
@@ -272,6 +283,64 @@ def _exact_rounds(hi, ok2, inv, kc, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOC
     return ids_k, rank_lane
 
 
+@triton.jit
+def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc,
+                 E: tl.constexpr, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr,
+                 SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr, HAS_SCALE: tl.constexpr,
+                 HAS_SOFTCAP: tl.constexpr, HAS_BIAS: tl.constexpr, ACCURATE: tl.constexpr):
+    """Steps 1-5 for narrow rows (no groups), one row a thread: the E columns are E vectors of [BM], so
+    every reduction along a row is a chain of E - 1 ops inside its thread, with no shuffle and no check.
+    Exact 32-bit keys; each round scans the columns in id order and keeps the first of equal keys (the
+    lower id), then marks its winner below every other key (-inf keys included).
+
+    Returns the winners (ids [BM, BKC], their logits through step 1, dead ones -inf) and the softmax row
+    max and sum (0 and 1 for the other scorings), the inputs of the gather path's step 6.
+    """
+    xs = ()
+    for j in tl.static_range(E):
+        x = tl.load(row_base + j * col_stride, mask=row_ok, other=float("-inf")).to(tl.float32)
+        x = _prologue(x, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+        xs = xs + (tl.where((x != x) | (x == float("-inf")), float("-inf"), x),)
+    row_max = tl.zeros([BLOCK_M], dtype=tl.float32)
+    row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
+    if SCORING == 0:
+        m = xs[0]
+        for j in tl.static_range(1, E):
+            m = tl.maximum(m, xs[j])
+        row_max = tl.where(m > float("-inf"), m, 0.0)
+        row_sum = _exp(xs[0] - row_max, ACCURATE)
+        for j in tl.static_range(1, E):
+            row_sum = row_sum + _exp(xs[j] - row_max, ACCURATE)
+    his = ()
+    for j in tl.static_range(E):
+        if HAS_BIAS:
+            b = tl.load(bias_ptr + j * bias_stride).to(tl.float32)
+        else:
+            b = 0.0
+        _key, _s, hi = _key_bits(xs[j], xs[j] == float("-inf"), True, row_max, row_sum, b, SCORING, SELECT_LOGITS,
+                                 HAS_BIAS, False, ACCURATE)
+        his = his + (hi,)
+    ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
+    xk = tl.full([BLOCK_M, BLOCK_KC], float("-inf"), tl.float32)
+    for i in tl.static_range(K):
+        best = his[0]
+        best_id = tl.zeros([BLOCK_M], dtype=tl.int32)
+        best_x = xs[0]
+        for j in tl.static_range(1, E):
+            gt = his[j] > best
+            best = tl.where(gt, his[j], best)
+            best_id = tl.where(gt, j, best_id)
+            best_x = tl.where(gt, xs[j], best_x)
+        ids_k = tl.where(kc[None, :] == i, best_id[:, None], ids_k)
+        xk = tl.where(kc[None, :] == i, best_x[:, None], xk)
+        if i < K - 1:
+            marked = ()
+            for j in tl.static_range(E):
+                marked = marked + (tl.where(best_id == j, INT32_MIN, his[j]),)
+            his = marked
+    return ids_k, xk, row_max, row_sum
+
+
 @triton.jit(do_not_specialize=["num_valid", "num_tokens", "home_rank", "hash_vocab"])
 def _route_kernel(
     logits_ptr, logits_row_stride, logits_col_stride,
@@ -293,6 +362,7 @@ def _route_kernel(
     GROUP_MAX: tl.constexpr,  # group score: max (else top2_sum)
     GROUP_ZERO: tl.constexpr,  # dropped groups' keys -> 0.0 (else excluded)
     GROUP_BY_COUNT: tl.constexpr,  # kept groups by counting the groups above (small G) or by max rounds
+    GROUP_PAIRS: tl.constexpr,  # top2_sum from one reduction over (largest, second) pairs
     SCORING: tl.constexpr,
     SELECT_LOGITS: tl.constexpr,
     HAS_SCALE: tl.constexpr,  # logit_scale != 1.0
@@ -325,6 +395,7 @@ def _route_kernel(
     TILE_WEIGHTS: tl.constexpr,  # weights from the tile's scores, stored by the winning lanes
     APPROX_KEYS: tl.constexpr,  # sigmoid selection keys from fast math, margins checked (one row a program)
     LOGIT_KEYS: tl.constexpr,  # renormalized softmax selected on the logits, margins checked (one row a program)
+    THREAD_ROWS: tl.constexpr,  # narrow rows without groups, one a thread (_thread_rows)
     FORCE_EXACT: tl.constexpr,  # every row takes the exact path (tests)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     ACCURATE: tl.constexpr,
@@ -353,7 +424,7 @@ def _route_kernel(
 
     row_max = tl.zeros([BLOCK_M], dtype=tl.float32)
     row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
-    if (not HASH) or (SCORING == 0):
+    if ((not HASH) or (SCORING == 0)) and not THREAD_ROWS:
         # The tile is [rows, lanes]; lane = group * BLOCK_GS + position in the group, so a tl.reshape to
         # [rows, groups, BLOCK_GS] lines the groups up. Lane order is expert order (ties by lane are ties
         # by id). Reductions along the lanes stay mostly inside a thread: a 3-D tile put the 32 threads
@@ -394,6 +465,10 @@ def _route_kernel(
             mask=gmask,
             other=0,
         ).to(tl.int32)  # [BM, BKC]
+    elif THREAD_ROWS:
+        ids_k, thread_x, row_max, row_sum = _thread_rows(
+            row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc, N_GROUP * GROUP_SIZE,
+            K, BLOCK_M, BLOCK_KC, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, ACCURATE)
     else:
         if HAS_BIAS:
             b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
@@ -413,7 +488,7 @@ def _route_kernel(
         if N_GROUP > 1:
             hi, kept_min, dropped_max = _group_mask(
                 hi, key, dead, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
-                GROUP_ZERO, GROUP_BY_COUNT)
+                GROUP_ZERO, GROUP_BY_COUNT, GROUP_PAIRS)
 
         # Step 5, fast path: 32-bit words, one 32-bit max per round (the exact 64-bit word costs ~2x the
         # instructions per round: SASS count). The low log2(BLOCK_W) bits hold the inverted lane (ties to
@@ -499,7 +574,7 @@ def _route_kernel(
                     if N_GROUP > 1:
                         hi_x, _a, _b = _group_mask(
                             hi_x, key_x, dead, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP,
-                            GROUP_MAX, GROUP_ZERO, GROUP_BY_COUNT)
+                            GROUP_MAX, GROUP_ZERO, GROUP_BY_COUNT, GROUP_PAIRS)
                 ids_x, _r = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
                 e_ids = tl.reshape(ids_x, [BLOCK_KC])
                 if WORD_LOGITS:  # the exact path's winners: read their logits (N_GROUP == 1: lane = id)
@@ -627,6 +702,8 @@ def _route_kernel(
         # Step 6: the weights from the unbiased scores, recomputed from a gather of the winners' logits.
         if WORD_LOGITS:
             xk = e_x
+        elif THREAD_ROWS:
+            xk = thread_x
         else:
             xk = _gather_logits(e_base, e_ids, logits_col_stride, e_mask, logit_scale, softcap, HAS_SCALE,
                                 HAS_SOFTCAP, ACCURATE)
