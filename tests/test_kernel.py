@@ -627,16 +627,18 @@ def test_thread_rows_only_where_they_apply(monkeypatch):
     import moegate.kernels.router as kr
 
     assert kr._use_thread_rows(RouterConfig(8, 2))  # Mixtral
-    assert kr._use_thread_rows(RouterConfig(16, 2, scoring="sigmoid", has_correction_bias=True))
+    assert kr._use_thread_rows(RouterConfig(8, 2, scoring="sigmoid", has_correction_bias=True))
+    assert not kr._use_thread_rows(RouterConfig(16, 2))  # measured slower at 16 lanes (run 14)
     assert not kr._use_thread_rows(RouterConfig(128, 8))  # Qwen3
-    assert not kr._use_thread_rows(RouterConfig(16, 2, n_group=4, topk_group=2))
-    assert not kr._use_thread_rows(RouterConfig(16, 2, routing="hash"))
+    assert not kr._use_thread_rows(RouterConfig(8, 2, n_group=4, topk_group=2))
+    assert not kr._use_thread_rows(RouterConfig(8, 2, routing="hash"))
     monkeypatch.setattr(kr, "thread_rows_override", False)
     assert not kr._use_thread_rows(RouterConfig(8, 2))
     monkeypatch.setattr(kr, "thread_rows_override", True)
     assert kr._use_thread_rows(RouterConfig(256, 8)) and not kr._use_thread_rows(RouterConfig(256, 8, n_group=8,
                                                                                               topk_group=4))
     assert kr._launch_shape(1, 8, thread_rows=True) == (32, 1)
+    assert kr._launch_shape(65536, 8, thread_rows=True) == (64, 2)
     monkeypatch.setattr(kr, "launch_override", (16, 1))
     with pytest.raises(ValueError, match="multiple of 32"):
         route(tie_free_logits(2, 8), RouterConfig(8, 2), backend="triton")

@@ -231,7 +231,6 @@ AB_VARIANTS = {
     "no-pdl": {"use_pdl_override": False},
     "thread-rows": {"thread_rows_override": True},  # one row a thread (ungrouped rows of any width)
     "warp-rows": {"thread_rows_override": False},  # rows on warps (the path of wide rows)
-    "group-top": {"group_pairs_override": False},  # top2_sum from the top and a compare of every lane
 }
 
 

@@ -50,12 +50,12 @@ APPROX_KEYS_MIN_TOKENS = 8192
 logit_keys_override: bool | None = None
 force_exact_override: bool = False
 # Narrow rows without groups or hashing, one row a thread (THREAD_ROWS): forced on (True) for any width the
-# tests pick, off (False), or the heuristic (None): rows of at most THREAD_ROWS_MAX_LANES experts.
+# tests pick, off (False), or the heuristic (None): rows of at most THREAD_ROWS_MAX_LANES experts. H200 run
+# 14, one row a thread against rows on warps: Mixtral (8 experts, top-2) T=4096 1.61 vs 2.30 us, T=65536
+# 3.68 vs 5.78; 16 experts top-2 T=4096 2.48 vs 2.08, T=65536 5.44 vs 5.05; 32 top-8 slower everywhere
+# (T=65536 20.0 vs 15.5: a thread's E * K compare chain grows past what it saves).
 thread_rows_override: bool | None = None
-# top2_sum group scores from one reduction over (largest, second) pairs (True) or from the top, a compare of
-# every lane against it, and a second max (False).
-group_pairs_override: bool | None = None
-THREAD_ROWS_MAX_LANES = 16
+THREAD_ROWS_MAX_LANES = 8
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
@@ -140,7 +140,8 @@ def _launch_shape(num_tokens: int, tile: int, thread_rows: bool = False) -> tupl
                 raise ValueError(f"launch_override={launch_override}: one row a thread needs rows per program "
                                  "to be a multiple of 32 * warps")
             return launch_override
-        return 32, 1
+        # Sweep 14 (Mixtral): one warp of 32 rows best up to T=4096; two warps from 16384 (2.4 vs 2.7 us).
+        return (64, 2) if num_tokens >= 16384 else (32, 1)
     if launch_override is not None:
         if launch_override[1] == 1 and launch_override[0] == 1 and tile >= 1024:
             # H200 run 8: one warp on a 1024- or 2048-lane row returns ids past the tile on the exact
@@ -248,7 +249,6 @@ def _launch(
         K=spec.K, C=spec.C, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
         GROUP_MAX=bool(spec.GROUP_MAX), GROUP_ZERO=bool(spec.GROUP_ZERO),
         GROUP_BY_COUNT=block_g <= 32,  # counting is G*G compares per row, cheap only for few groups
-        GROUP_PAIRS=True if group_pairs_override is None else group_pairs_override,
         SCORING=spec.SCORING, SELECT_LOGITS=bool(spec.SELECT_LOGITS), HAS_SOFTCAP=bool(spec.HAS_SOFTCAP),
         HAS_BIAS=bias is not None, RENORMALIZE=bool(spec.RENORMALIZE), RENORM_P_ONE=bool(spec.RENORM_P_ONE),
         EPS_CLAMP=bool(spec.EPS_CLAMP), HAS_EXPERT_SCALE=expert_scale is not None, APPLY_RSF=bool(spec.APPLY_RSF),

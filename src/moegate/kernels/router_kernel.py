@@ -216,7 +216,7 @@ def _top2_combine(a1, a2, b1, b2):
 @triton.jit
 def _group_mask(hi, key, dead, ok2, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.constexpr,
                 BLOCK_W: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr, GROUP_MAX: tl.constexpr,
-                GROUP_ZERO: tl.constexpr, GROUP_BY_COUNT: tl.constexpr, GROUP_PAIRS: tl.constexpr):
+                GROUP_ZERO: tl.constexpr, GROUP_BY_COUNT: tl.constexpr):
     """Step 4 on the exact 32-bit key bits (padding lanes hold INT32_MIN).
 
     The group's top key, and for top2_sum its second key, which is the top key again when that appears
@@ -225,19 +225,13 @@ def _group_mask(hi, key, dead, ok2, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr
     lowest kept and the highest dropped group score (the margin that APPROX_KEYS checks).
     """
     hi3 = tl.reshape(hi, [BLOCK_M, BLOCK_G, BLOCK_GS])
-    if GROUP_PAIRS and not GROUP_MAX:
-        # One reduction over (largest, second) pairs: no compare of every lane against the top.
+    if GROUP_MAX:
+        group_score = _key_of32(tl.max(hi3, axis=2))  # [BM, BG]
+    else:
+        # One reduction over (largest, second) pairs. H200 run 14: DeepSeek-V3 T=65536 60.7 us against 63.8
+        # for the top, a compare of every lane against it, and a second max (SASS 703 vs 737 a row).
         top1, second = tl.reduce((hi3, tl.full(hi3.shape, INT32_MIN, tl.int32)), 2, _top2_combine)
         group_score = _key_of32(top1) + _key_of32(second)
-    elif GROUP_MAX:
-        top1 = tl.max(hi3, axis=2)  # [BM, BG]
-        group_score = _key_of32(top1)
-    else:
-        top1 = tl.max(hi3, axis=2)  # [BM, BG]
-        at_top = hi3 == top1[:, :, None]
-        second = tl.max(tl.where(at_top, INT32_MIN, hi3), axis=2)
-        repeated = tl.sum(at_top.to(tl.int32), axis=2) > 1
-        group_score = _key_of32(top1) + _key_of32(tl.where(repeated, top1, second))
     g = tl.arange(0, BLOCK_G)
     g_ok = (g < N_GROUP)[None, :]  # [1, BG]
     group_word = tl.where(
@@ -298,7 +292,9 @@ def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scal
     """
     xs = ()
     for j in tl.static_range(E):
-        x = tl.load(row_base + j * col_stride, mask=row_ok, other=float("-inf")).to(tl.float32)
+        # Rows past T read 0.0, not -inf: an all--inf row's 0 / 0 scores take the IEEE division's slow path,
+        # and the one live row of a T=1 launch waited for its 31 idle neighbours there (H200: 3.1 us).
+        x = tl.load(row_base + j * col_stride, mask=row_ok, other=0.0).to(tl.float32)
         x = _prologue(x, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
         xs = xs + (tl.where((x != x) | (x == float("-inf")), float("-inf"), x),)
     row_max = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -362,7 +358,6 @@ def _route_kernel(
     GROUP_MAX: tl.constexpr,  # group score: max (else top2_sum)
     GROUP_ZERO: tl.constexpr,  # dropped groups' keys -> 0.0 (else excluded)
     GROUP_BY_COUNT: tl.constexpr,  # kept groups by counting the groups above (small G) or by max rounds
-    GROUP_PAIRS: tl.constexpr,  # top2_sum from one reduction over (largest, second) pairs
     SCORING: tl.constexpr,
     SELECT_LOGITS: tl.constexpr,
     HAS_SCALE: tl.constexpr,  # logit_scale != 1.0
@@ -488,7 +483,7 @@ def _route_kernel(
         if N_GROUP > 1:
             hi, kept_min, dropped_max = _group_mask(
                 hi, key, dead, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
-                GROUP_ZERO, GROUP_BY_COUNT, GROUP_PAIRS)
+                GROUP_ZERO, GROUP_BY_COUNT)
 
         # Step 5, fast path: 32-bit words, one 32-bit max per round (the exact 64-bit word costs ~2x the
         # instructions per round: SASS count). The low log2(BLOCK_W) bits hold the inverted lane (ties to
@@ -574,7 +569,7 @@ def _route_kernel(
                     if N_GROUP > 1:
                         hi_x, _a, _b = _group_mask(
                             hi_x, key_x, dead, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP,
-                            GROUP_MAX, GROUP_ZERO, GROUP_BY_COUNT, GROUP_PAIRS)
+                            GROUP_MAX, GROUP_ZERO, GROUP_BY_COUNT)
                 ids_x, _r = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
                 e_ids = tl.reshape(ids_x, [BLOCK_KC])
                 if WORD_LOGITS:  # the exact path's winners: read their logits (N_GROUP == 1: lane = id)
