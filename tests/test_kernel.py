@@ -425,7 +425,8 @@ def test_fast_sigmoid_keys_near_tied_groups(monkeypatch):
 
 def _near_tie_softmax_rows(E, seed):
     """Softmax logits whose scores may round together: winners an ulp or a few apart, exact ties, -0.0
-    next to +0.0, logits far below the row max, dead lanes (NaN, -inf) among the winners."""
+    next to +0.0, logits far below the row max, winners whose scores underflow, dead lanes (NaN, -inf)
+    among the winners."""
     g = torch.Generator().manual_seed(seed)
     order = torch.rand(8, E, generator=g).argsort(dim=1)
     one = torch.tensor(1.0)
@@ -441,13 +442,16 @@ def _near_tie_softmax_rows(E, seed):
     dead[:, : E - 5] = float("-inf")  # five live lanes for K = 8
     dead[:, 3] = float("nan")
     big = (ulps - 1) * 2e4 + 1e4  # |x| ~ 1e4: the margin grows with |x|
+    # Winners 20 apart near 1000 (one binade: the words do not clamp): from the sixth on, exp(x - m)
+    # underflows to subnormals and 0, where the reference's scores tie and go by id.
+    deep = 1000.0 - 20.0 * order.float()
     # Winners k ulps apart (k = 1..E) at several magnitudes, so that the margin's edge falls inside.
     steps = []
     for base in (3e-3, 0.75, 6.0, -40.0, 300.0):
         b = torch.tensor(base, dtype=torch.float32).view(torch.int32)
         k = order[:2].to(torch.int32) * (1 + order[:2] % 7).to(torch.int32)
         steps.append((b + k).view(torch.float32))
-    return torch.cat([ulps, spread, pairs, ties, zeros, far, dead, big, *steps])
+    return torch.cat([ulps, spread, pairs, ties, zeros, far, dead, big, deep, *steps])
 
 
 @pytest.mark.parametrize("K", [1, 8])

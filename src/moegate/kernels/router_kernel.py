@@ -533,15 +533,18 @@ def _route_kernel(
                 # when x_i - x_j > 2**-20 + 2**-24 (|x_i| + |x_j| + 2 |m|): then e_i / e_j > 1 + 2**-21 and two
                 # floats lie between the quotients. tol below is 2**-18 + 2**-23 (...): four and two times
                 # those terms. Equal logits (equal words at DIST_SHIFT 0) are equal scores, ordered by lane
-                # like the reference's ties.
+                # like the reference's ties. The argument needs normal scores: a winner 75 or more below the
+                # row max may score a subnormal or 0 (exp(-75) / W > FLT_MIN for W <= 16384), where the
+                # reference's scores tie and go by id, so such rows take the exact path. Above that, a next
+                # candidate whose score underflows is below every normal winner anyway.
                 k_lo = _key_of32(base + (d << DIST_SHIFT))
                 k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
-                m_abs = tl.abs(tl.sum(row_max, axis=0))
-                tol = 3.82e-6 + 1.2e-7 * (tl.abs(k_lo) + tl.abs(k_next) + 2.0 * m_abs)
+                m_row = tl.sum(row_max, axis=0)
+                tol = 3.82e-6 + 1.2e-7 * (tl.abs(k_lo) + tl.abs(k_next) + 2.0 * tl.abs(m_row))
                 close = (k_lo - k_next > tol) == 0
                 if DIST_SHIFT == 0:
                     close = close & (d != dn)
-                amb = amb | (cur & ((d == 0) | (has_next & close)))
+                amb = amb | (cur & ((d == 0) | (k_lo < m_row - 75.0) | (has_next & close)))
             elif DIST_SHIFT > 0:
                 amb = amb | (cur & has_next & (d == dn))  # two adjacent winners with equal distance bits
             else:
