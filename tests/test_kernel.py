@@ -445,27 +445,38 @@ def _near_tie_softmax_rows(E, seed):
     # Winners 20 apart near 1000 (one binade: the words do not clamp): from the sixth on, exp(x - m)
     # underflows to subnormals and 0, where the reference's scores tie and go by id.
     deep = 1000.0 - 20.0 * order.float()
+    drop = torch.where(order == 0, 1000.0, 900.0 - 20.0 * order.float())  # every winner but the first deep
     # Winners k ulps apart (k = 1..E) at several magnitudes, so that the margin's edge falls inside.
     steps = []
     for base in (3e-3, 0.75, 6.0, -40.0, 300.0):
         b = torch.tensor(base, dtype=torch.float32).view(torch.int32)
         k = order[:2].to(torch.int32) * (1 + order[:2] % 7).to(torch.int32)
         steps.append((b + k).view(torch.float32))
-    return torch.cat([ulps, spread, pairs, ties, zeros, far, dead, big, deep, *steps])
+    return torch.cat([ulps, spread, pairs, ties, zeros, far, dead, big, deep, drop, *steps])
 
 
-@pytest.mark.parametrize("K", [1, 8])
-def test_softmax_logit_keys_route_like_exact_scores(K, monkeypatch):
+@pytest.mark.parametrize("E,K", [(None, 1), (None, 8), (8, 2), (8, 8)],
+                         ids=["warp-top1", "warp-top8", "thread-top2", "thread-top8-of-8"])
+def test_softmax_logit_keys_route_like_exact_scores(E, K, monkeypatch):
     """Renormalized softmax selects on the logits and checks the margins between winners: it must route
     exactly like the exact scores (every row forced down the exact path), also where rounding makes scores
-    tie; and both like the reference on ordinary inputs."""
+    tie; and both like the reference on ordinary inputs. One row a warp (E None: 128 or 64 experts) and one
+    row a thread (8 experts, K < E and K = E)."""
     import moegate.kernels.router as kr
 
-    E = 128 if FULL else 64
+    if E is None:
+        E = 128 if FULL else 64
+        monkeypatch.setattr(kr, "launch_override", (1, 1))
+    else:
+        monkeypatch.setattr(kr, "thread_rows_override", True)
     config = RouterConfig(E, K, scoring="softmax", renormalize=True)
-    monkeypatch.setattr(kr, "launch_override", (1, 1))
     logits = _near_tie_softmax_rows(E, seed=K).to(DEVICE)
     fast = route(logits, config, backend="triton")
+    if kr._use_thread_rows(config):
+        # A program of 32 rows reselects all of them when one is close: route each row alone too, so that
+        # no row's check hides behind a neighbour's.
+        alone = [route(logits[r : r + 1], config, backend="triton") for r in range(logits.shape[0])]
+        torch.testing.assert_close(torch.cat([a.ids for a in alone]), fast.ids, rtol=0, atol=0)
     monkeypatch.setattr(kr, "force_exact_override", True)
     exact = route(logits, config, backend="triton")
     monkeypatch.setattr(kr, "logit_keys_override", False)
@@ -540,6 +551,11 @@ def test_softmax_logit_keys_only_where_they_hold():
         assert seen["LOGIT_KEYS"] is want, config
         if want:
             assert not seen["TRUNCATE_WORDS"]
+    # One row a thread (8 experts) too; rows packed on a warp (TRUNCATE_WORDS) keep the scores.
+    seen = _launch_kwargs(x[:, :8], RouterConfig(8, 2, scoring="softmax", renormalize=True))
+    assert seen["THREAD_ROWS"] and seen["LOGIT_KEYS"]
+    seen = _launch_kwargs(torch.randn(5000, 32), RouterConfig(32, 4, scoring="softmax", renormalize=True))
+    assert not seen["THREAD_ROWS"] and not seen["LOGIT_KEYS"] and seen["TRUNCATE_WORDS"]
 
 
 @pytest.mark.parametrize("name,config,tol", [c for c in CONFIGS if c[1].routing != "hash"],

@@ -223,7 +223,8 @@ def _launch(
     # Renormalized softmax selected on the logits (LOGIT_KEYS): no score for the W - K unselected lanes, no
     # row sum; the weights exp(x - m) / their sum. Needs renorm_eps negligible against that sum (it is >= 1,
     # and the reference's sum of scores is >= K / W), and no groups (a top2_sum of logits is not one of scores).
-    logit_keys = bool(select_truncated and not spec.HASH and spec.block_m == 1 and spec.N_GROUP == 1
+    logit_keys = bool(select_truncated and not spec.HASH and (spec.block_m == 1 or spec.THREAD_ROWS)
+                      and spec.N_GROUP == 1
                       and spec.RENORMALIZE and spec.RENORM_P_ONE and not tile_weights
                       and renorm_eps * block_g * block_gs <= 1e-8 * spec.K)
     if logit_keys_override is not None:

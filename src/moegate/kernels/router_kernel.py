@@ -278,17 +278,69 @@ def _exact_rounds(hi, ok2, inv, kc, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOC
 
 
 @triton.jit
+def _logit_keys_close(k_hi, k_lo, m):
+    """1 where logits k_hi >= k_lo (and m, the row max) may not keep their order as the reference's softmax
+    scores. Scores e / S with e = exp(x - m) (expf within 2 ulp) keep two logits' strict order when
+    x_i - x_j > 2**-20 + 2**-24 (|x_i| + |x_j| + 2 |m|): then e_i / e_j > 1 + 2**-21 and two floats lie
+    between the quotients; the tolerance below is four and two times those terms. Equal logits are equal
+    scores (ties by id, as the rounds order them): not close. The argument needs normal scores: a logit 75
+    or more below the row max may score a subnormal or 0 (exp(-75) / W > FLT_MIN for W <= 16384), where the
+    reference's scores tie and go by id: close. A k_lo whose score underflows is below a normal k_hi anyway.
+    """
+    tol = 3.82e-6 + 1.2e-7 * (tl.abs(k_hi) + tl.abs(k_lo) + 2.0 * tl.abs(m))
+    return (((k_hi - k_lo > tol) == 0) & (k_hi != k_lo)) | (k_hi < m - 75.0)
+
+
+@triton.jit
+def _thread_rounds(his, xs, kc, E: tl.constexpr, K: tl.constexpr, ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_KC: tl.constexpr, CHECK_LOGITS: tl.constexpr, row_max):
+    """Step 5 on one row a thread: ROUNDS (K or K + 1) scans of the E key-bit vectors in id order, each keeping
+    the first of equal keys (the lower id) and then marking its winner below every other key (-inf keys
+    included). Returns the first K winners (ids and logits as [BM, BKC]) and, with CHECK_LOGITS (the keys
+    are the logits), the rows where _logit_keys_close holds between a winner and the next word."""
+    ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
+    xk = tl.full([BLOCK_M, BLOCK_KC], float("-inf"), tl.float32)
+    amb = tl.zeros([BLOCK_M], dtype=tl.int1)
+    prev_x = xs[0]
+    for i in tl.static_range(ROUNDS):
+        best = his[0]
+        best_id = tl.zeros([BLOCK_M], dtype=tl.int32)
+        best_x = xs[0]
+        for j in tl.static_range(1, E):
+            gt = his[j] > best
+            best = tl.where(gt, his[j], best)
+            best_id = tl.where(gt, j, best_id)
+            best_x = tl.where(gt, xs[j], best_x)
+        if CHECK_LOGITS and i > 0:
+            amb = amb | _logit_keys_close(prev_x, best_x, row_max)
+        if i < K:
+            ids_k = tl.where(kc[None, :] == i, best_id[:, None], ids_k)
+            xk = tl.where(kc[None, :] == i, best_x[:, None], xk)
+        if i < ROUNDS - 1:
+            marked = ()
+            for j in tl.static_range(E):
+                marked = marked + (tl.where(best_id == j, INT32_MIN, his[j]),)
+            his = marked
+        prev_x = best_x
+    if CHECK_LOGITS and ROUNDS == K:  # no (K + 1)-th expert: the last winner's own depth still counts
+        amb = amb | (prev_x < row_max - 75.0)
+    return ids_k, xk, amb
+
+
+@triton.jit
 def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc,
                  E: tl.constexpr, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr,
                  SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr, HAS_SCALE: tl.constexpr,
-                 HAS_SOFTCAP: tl.constexpr, HAS_BIAS: tl.constexpr, ACCURATE: tl.constexpr):
+                 HAS_SOFTCAP: tl.constexpr, HAS_BIAS: tl.constexpr, LOGIT_KEYS: tl.constexpr,
+                 FORCE_EXACT: tl.constexpr, ACCURATE: tl.constexpr):
     """Steps 1-5 for narrow rows (no groups), one row a thread: the E columns are E vectors of [BM], so
-    every reduction along a row is a chain of E - 1 ops inside its thread, with no shuffle and no check.
-    Exact 32-bit keys; each round scans the columns in id order and keeps the first of equal keys (the
-    lower id), then marks its winner below every other key (-inf keys included).
+    every reduction along a row is a chain of E - 1 ops inside its thread, with no shuffle.
 
-    Returns the winners (ids [BM, BKC], their logits through step 1, dead ones -inf) and the softmax row
-    max and sum (0 and 1 for the other scorings), the inputs of the gather path's step 6.
+    Exact 32-bit keys, or with LOGIT_KEYS (renormalized softmax) the logits themselves, K + 1 rounds and
+    _logit_keys_close between neighbours: no row sum and no division for the E - K losers; a program with
+    a close row reselects on the exact scores. Returns the winners (ids [BM, BKC], their logits through
+    step 1, dead ones -inf) and the softmax row max and sum (0 and 1 for the other scorings; no sum with
+    LOGIT_KEYS), the inputs of step 6.
     """
     xs = ()
     for j in tl.static_range(E):
@@ -304,36 +356,31 @@ def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scal
         for j in tl.static_range(1, E):
             m = tl.maximum(m, xs[j])
         row_max = tl.where(m > float("-inf"), m, 0.0)
-        row_sum = _exp(xs[0] - row_max, ACCURATE)
-        for j in tl.static_range(1, E):
-            row_sum = row_sum + _exp(xs[j] - row_max, ACCURATE)
-    his = ()
-    for j in tl.static_range(E):
-        if HAS_BIAS:
-            b = tl.load(bias_ptr + j * bias_stride).to(tl.float32)
-        else:
-            b = 0.0
-        _key, _s, hi = _key_bits(xs[j], xs[j] == float("-inf"), True, row_max, row_sum, b, SCORING, SELECT_LOGITS,
-                                 HAS_BIAS, False, ACCURATE)
-        his = his + (hi,)
-    ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
-    xk = tl.full([BLOCK_M, BLOCK_KC], float("-inf"), tl.float32)
-    for i in tl.static_range(K):
-        best = his[0]
-        best_id = tl.zeros([BLOCK_M], dtype=tl.int32)
-        best_x = xs[0]
-        for j in tl.static_range(1, E):
-            gt = his[j] > best
-            best = tl.where(gt, his[j], best)
-            best_id = tl.where(gt, j, best_id)
-            best_x = tl.where(gt, xs[j], best_x)
-        ids_k = tl.where(kc[None, :] == i, best_id[:, None], ids_k)
-        xk = tl.where(kc[None, :] == i, best_x[:, None], xk)
-        if i < K - 1:
-            marked = ()
-            for j in tl.static_range(E):
-                marked = marked + (tl.where(best_id == j, INT32_MIN, his[j]),)
-            his = marked
+    exact = True
+    if LOGIT_KEYS:
+        his = ()
+        for j in tl.static_range(E):
+            his = his + (_order_bits(tl.where(xs[j] == 0.0, 0.0, xs[j])),)  # -0.0 ties with +0.0
+        ids_k, xk, amb = _thread_rounds(his, xs, kc, E, K, K + 1 if E > K else K, BLOCK_M, BLOCK_KC, True,
+                                        row_max)
+        if FORCE_EXACT:
+            amb = amb | row_ok
+        exact = tl.max(amb.to(tl.int32), axis=0) > 0
+    if exact:
+        if SCORING == 0:
+            row_sum = _exp(xs[0] - row_max, ACCURATE)
+            for j in tl.static_range(1, E):
+                row_sum = row_sum + _exp(xs[j] - row_max, ACCURATE)
+        his = ()
+        for j in tl.static_range(E):
+            if HAS_BIAS:
+                b = tl.load(bias_ptr + j * bias_stride).to(tl.float32)
+            else:
+                b = 0.0
+            _key, _s, hi = _key_bits(xs[j], xs[j] == float("-inf"), True, row_max, row_sum, b, SCORING,
+                                     SELECT_LOGITS, HAS_BIAS, False, ACCURATE)
+            his = his + (hi,)
+        ids_k, xk, _amb = _thread_rounds(his, xs, kc, E, K, K, BLOCK_M, BLOCK_KC, False, row_max)
     return ids_k, xk, row_max, row_sum
 
 
@@ -463,7 +510,8 @@ def _route_kernel(
     elif THREAD_ROWS:
         ids_k, thread_x, row_max, row_sum = _thread_rows(
             row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc, N_GROUP * GROUP_SIZE,
-            K, BLOCK_M, BLOCK_KC, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, ACCURATE)
+            K, BLOCK_M, BLOCK_KC, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, LOGIT_KEYS, FORCE_EXACT,
+            ACCURATE)
     else:
         if HAS_BIAS:
             b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
@@ -529,21 +577,12 @@ def _route_kernel(
                 k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
                 amb = amb | (cur & ((d == 0) | (has_next & (_separated(k_lo, k_next, 1) == 0))))
             elif LOGIT_KEYS:
-                # Reference scores e / S with e = exp(x - m) (expf within 2 ulp) keep two logits' strict order
-                # when x_i - x_j > 2**-20 + 2**-24 (|x_i| + |x_j| + 2 |m|): then e_i / e_j > 1 + 2**-21 and two
-                # floats lie between the quotients. tol below is 2**-18 + 2**-23 (...): four and two times
-                # those terms. Equal logits (equal words at DIST_SHIFT 0) are equal scores, ordered by lane
-                # like the reference's ties. The argument needs normal scores: a winner 75 or more below the
-                # row max may score a subnormal or 0 (exp(-75) / W > FLT_MIN for W <= 16384), where the
-                # reference's scores tie and go by id, so such rows take the exact path. Above that, a next
-                # candidate whose score underflows is below every normal winner anyway.
+                # The winners' logits from their words: exact at DIST_SHIFT 0 (equal words, equal logits), else
+                # the winner's lowest and the next word's highest (never equal then); a clamped d says nothing.
                 k_lo = _key_of32(base + (d << DIST_SHIFT))
                 k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
                 m_row = tl.sum(row_max, axis=0)
-                tol = 3.82e-6 + 1.2e-7 * (tl.abs(k_lo) + tl.abs(k_next) + 2.0 * tl.abs(m_row))
-                close = (k_lo - k_next > tol) == 0
-                if DIST_SHIFT == 0:
-                    close = close & (d != dn)
+                close = _logit_keys_close(k_lo, k_next, m_row)
                 amb = amb | (cur & ((d == 0) | (k_lo < m_row - 75.0) | (has_next & close)))
             elif DIST_SHIFT > 0:
                 amb = amb | (cur & has_next & (d == dn))  # two adjacent winners with equal distance bits
