@@ -655,8 +655,9 @@ def test_thread_rows_only_where_they_apply(monkeypatch):
     monkeypatch.setattr(kr, "thread_rows_override", False)
     assert not kr._use_thread_rows(RouterConfig(8, 2))
     monkeypatch.setattr(kr, "thread_rows_override", True)
-    assert kr._use_thread_rows(RouterConfig(256, 8)) and not kr._use_thread_rows(RouterConfig(256, 8, n_group=8,
-                                                                                              topk_group=4))
+    assert kr._use_thread_rows(RouterConfig(32, 8)) and not kr._use_thread_rows(RouterConfig(32, 8, n_group=8,
+                                                                                            topk_group=4))
+    assert not kr._use_thread_rows(RouterConfig(33, 8))  # past the kernel's 32-lane tree, even when forced
     assert kr._launch_shape(1, 8, thread_rows=True) == (32, 1)
     assert kr._launch_shape(65536, 8, thread_rows=True) == (64, 2)
     monkeypatch.setattr(kr, "launch_override", (16, 1))

@@ -56,6 +56,7 @@ force_exact_override: bool = False
 # (T=65536 20.0 vs 15.5: a thread's E * K compare chain grows past what it saves).
 thread_rows_override: bool | None = None
 THREAD_ROWS_MAX_LANES = 8
+THREAD_ROWS_MAX_FORCED = 32  # the kernel's tree of pairs takes up to 32 lanes
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
@@ -121,7 +122,7 @@ def _tile_shape(config: RouterConfig) -> tuple[int, int]:
 
 def _use_thread_rows(config: RouterConfig) -> bool:
     """One row a thread (the kernel's THREAD_ROWS): rows without groups or hashing, narrow ones by default."""
-    eligible = config.n_group == 1 and config.routing != "hash"
+    eligible = config.n_group == 1 and config.routing != "hash" and config.num_scored <= THREAD_ROWS_MAX_FORCED
     if thread_rows_override is not None:
         return eligible and thread_rows_override
     return eligible and config.num_scored <= THREAD_ROWS_MAX_LANES

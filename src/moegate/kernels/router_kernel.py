@@ -292,6 +292,40 @@ def _logit_keys_close(k_hi, k_lo, m):
 
 
 @triton.jit
+def _pair_level(hs, ids, vs, N: tl.constexpr):
+    """One level of _thread_best's tree: N runs in id order -> ceil(N / 2)."""
+    nh = ()
+    ni = ()
+    nv = ()
+    for p in tl.static_range(N // 2):
+        gt = hs[2 * p + 1] > hs[2 * p]  # the right run (higher ids) wins only when strictly larger
+        nh = nh + (tl.where(gt, hs[2 * p + 1], hs[2 * p]),)
+        ni = ni + (tl.where(gt, ids[2 * p + 1], ids[2 * p]),)
+        nv = nv + (tl.where(gt, vs[2 * p + 1], vs[2 * p]),)
+    if N % 2 == 1:
+        nh = nh + (hs[N - 1],)
+        ni = ni + (ids[N - 1],)
+        nv = nv + (vs[N - 1],)
+    return nh, ni, nv
+
+
+@triton.jit
+def _thread_best(his, xs, E: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The largest of E <= 32 key-bit vectors, the first (lowest id) of equal ones, with its id and logit: a
+    tree of pairs of adjacent id runs, log2(E) compares deep rather than a chain of E - 1."""
+    tl.static_assert(E <= 32, "one row a thread takes rows of at most 32 experts")
+    ids = ()
+    for j in tl.static_range(E):
+        ids = ids + (tl.full([BLOCK_M], j, tl.int32),)
+    hs, ids, vs = _pair_level(his, ids, xs, E)
+    hs, ids, vs = _pair_level(hs, ids, vs, (E + 1) // 2)
+    hs, ids, vs = _pair_level(hs, ids, vs, (E + 3) // 4)
+    hs, ids, vs = _pair_level(hs, ids, vs, (E + 7) // 8)
+    hs, ids, vs = _pair_level(hs, ids, vs, (E + 15) // 16)
+    return hs[0], ids[0], vs[0]
+
+
+@triton.jit
 def _thread_rounds(his, xs, kc, E: tl.constexpr, K: tl.constexpr, ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_KC: tl.constexpr, CHECK_LOGITS: tl.constexpr, row_max):
     """Step 5 on one row a thread: ROUNDS (K or K + 1) scans of the E key-bit vectors in id order, each keeping
@@ -303,14 +337,7 @@ def _thread_rounds(his, xs, kc, E: tl.constexpr, K: tl.constexpr, ROUNDS: tl.con
     amb = tl.zeros([BLOCK_M], dtype=tl.int1)
     prev_x = xs[0]
     for i in tl.static_range(ROUNDS):
-        best = his[0]
-        best_id = tl.zeros([BLOCK_M], dtype=tl.int32)
-        best_x = xs[0]
-        for j in tl.static_range(1, E):
-            gt = his[j] > best
-            best = tl.where(gt, his[j], best)
-            best_id = tl.where(gt, j, best_id)
-            best_x = tl.where(gt, xs[j], best_x)
+        best, best_id, best_x = _thread_best(his, xs, E, BLOCK_M)
         if CHECK_LOGITS and i > 0:
             amb = amb | _logit_keys_close(prev_x, best_x, row_max)
         if i < K:
@@ -325,6 +352,29 @@ def _thread_rounds(his, xs, kc, E: tl.constexpr, K: tl.constexpr, ROUNDS: tl.con
     if CHECK_LOGITS and ROUNDS == K:  # no (K + 1)-th expert: the last winner's own depth still counts
         amb = amb | (prev_x < row_max - 75.0)
     return ids_k, xk, amb
+
+
+@triton.jit
+def _thread_exact(xs, row_max, bias_ptr, bias_stride, kc, E: tl.constexpr, K: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_KC: tl.constexpr, SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr,
+                  HAS_BIAS: tl.constexpr, ACCURATE: tl.constexpr):
+    """Steps 2-5 of one row a thread on the exact keys: (ids [BM, BKC], their logits, the softmax row sum)."""
+    row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
+    if SCORING == 0:
+        row_sum = _exp(xs[0] - row_max, ACCURATE)
+        for j in tl.static_range(1, E):
+            row_sum = row_sum + _exp(xs[j] - row_max, ACCURATE)
+    his = ()
+    for j in tl.static_range(E):
+        if HAS_BIAS:
+            b = tl.load(bias_ptr + j * bias_stride).to(tl.float32)
+        else:
+            b = 0.0
+        _key, _s, hi = _key_bits(xs[j], xs[j] == float("-inf"), True, row_max, row_sum, b, SCORING, SELECT_LOGITS,
+                                 HAS_BIAS, False, ACCURATE)
+        his = his + (hi,)
+    ids_k, xk, _amb = _thread_rounds(his, xs, kc, E, K, K, BLOCK_M, BLOCK_KC, False, row_max)
+    return ids_k, xk, row_sum
 
 
 @triton.jit
@@ -356,7 +406,6 @@ def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scal
         for j in tl.static_range(1, E):
             m = tl.maximum(m, xs[j])
         row_max = tl.where(m > float("-inf"), m, 0.0)
-    exact = True
     if LOGIT_KEYS:
         his = ()
         for j in tl.static_range(E):
@@ -365,22 +414,12 @@ def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scal
                                         row_max)
         if FORCE_EXACT:
             amb = amb | row_ok
-        exact = tl.max(amb.to(tl.int32), axis=0) > 0
-    if exact:
-        if SCORING == 0:
-            row_sum = _exp(xs[0] - row_max, ACCURATE)
-            for j in tl.static_range(1, E):
-                row_sum = row_sum + _exp(xs[j] - row_max, ACCURATE)
-        his = ()
-        for j in tl.static_range(E):
-            if HAS_BIAS:
-                b = tl.load(bias_ptr + j * bias_stride).to(tl.float32)
-            else:
-                b = 0.0
-            _key, _s, hi = _key_bits(xs[j], xs[j] == float("-inf"), True, row_max, row_sum, b, SCORING,
-                                     SELECT_LOGITS, HAS_BIAS, False, ACCURATE)
-            his = his + (hi,)
-        ids_k, xk, _amb = _thread_rounds(his, xs, kc, E, K, K, BLOCK_M, BLOCK_KC, False, row_max)
+        if tl.max(amb.to(tl.int32), axis=0) > 0:
+            ids_k, xk, row_sum = _thread_exact(xs, row_max, bias_ptr, bias_stride, kc, E, K, BLOCK_M, BLOCK_KC,
+                                               SCORING, SELECT_LOGITS, HAS_BIAS, ACCURATE)
+    else:
+        ids_k, xk, row_sum = _thread_exact(xs, row_max, bias_ptr, bias_stride, kc, E, K, BLOCK_M, BLOCK_KC,
+                                           SCORING, SELECT_LOGITS, HAS_BIAS, ACCURATE)
     return ids_k, xk, row_max, row_sum
 
 
