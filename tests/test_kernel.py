@@ -727,13 +727,14 @@ def test_hash_token_outside_the_table_makes_a_padded_row():
     assert (got[1][[0, 2, 4]] >= 0).all()
 
 
-def test_packed_output():
-    config = RouterConfig(64, 6, scoring="sigmoid", has_correction_bias=True, num_shared_experts=1)
+@pytest.mark.parametrize("E,K", [(64, 6), (8, 3)], ids=["rows-on-warps", "one-row-a-thread"])
+def test_packed_output(E, K):
+    config = RouterConfig(E, K, scoring="sigmoid", has_correction_bias=True, num_shared_experts=1)
     layout = ExpertLayout(shared_slots="global")
     T = 37
-    logits = tie_free_logits(T, 64)
+    logits = tie_free_logits(T, E)
     kw = extras(config, T)
-    packed = torch.full((T, 7), -7, dtype=torch.int32, device=DEVICE)
+    packed = torch.full((T, K + 1), -7, dtype=torch.int32, device=DEVICE)
     from moegate.kernels.router import route_triton
 
     weights, ids = route_triton(logits, config, layout, num_valid_tokens=30, packed_out=packed, **kw)
@@ -807,17 +808,23 @@ def test_property_random_configs_match_reference(E_per_group, n_group, data):
 
 
 @needs_cuda
-def test_cuda_graph_replay_equals_eager():
-    config = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4,
-                          routed_scaling_factor=2.5, num_shared_experts=1)
-    placement = ExpertPlacement(tuple(range(256)) + tuple(range(0, 256, 2)), 256)
+@pytest.mark.parametrize("E", [256, 8], ids=["deepseek-v3-like", "mixtral-like-one-row-a-thread"])
+def test_cuda_graph_replay_equals_eager(E):
+    if E == 256:
+        config = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4,
+                              routed_scaling_factor=2.5, num_shared_experts=1)
+    else:
+        config = RouterConfig(8, 2, scoring="sigmoid", has_correction_bias=True, routed_scaling_factor=2.5,
+                              num_shared_experts=1)
+    K = config.top_k
+    placement = ExpertPlacement(tuple(range(E)) + tuple(range(0, E, 2)), E)
     layout = ExpertLayout(shared_slots="per_rank", ep_size=4, placement=placement)
     T = 199
-    logits = tie_free_logits(T, 256)
+    logits = tie_free_logits(T, E)
     kw = extras(config, T)
     nv = torch.tensor([150], device=DEVICE)
-    rec = RoutingRecorder(1, T, 8, 256, device=DEVICE)
-    out = poisoned_out(T, 9)
+    rec = RoutingRecorder(1, T, K, E, device=DEVICE)
+    out = poisoned_out(T, K + 1)
     run = lambda: route(logits, config, layout, out=out, num_valid_tokens=nv, recorder=rec, home_rank=1,  # noqa: E731
                         backend="triton", **kw)
     run()  # warm-up: compile, build the placement tables
@@ -825,7 +832,7 @@ def test_cuda_graph_replay_equals_eager():
     with torch.cuda.graph(graph):
         run()
     for seed in range(3):
-        logits.copy_(tie_free_logits(T, 256, seed=seed + 10))
+        logits.copy_(tie_free_logits(T, E, seed=seed + 10))
         nv.fill_(100 + seed)
         out[0].fill_(float("nan"))
         out[1].fill_(-7)

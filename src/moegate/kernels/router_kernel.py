@@ -337,7 +337,13 @@ def _thread_rounds(his, xs, kc, E: tl.constexpr, K: tl.constexpr, ROUNDS: tl.con
     amb = tl.zeros([BLOCK_M], dtype=tl.int1)
     prev_x = xs[0]
     for i in tl.static_range(ROUNDS):
-        best, best_id, best_x = _thread_best(his, xs, E, BLOCK_M)
+        if CHECK_LOGITS:
+            # The keys are the logits' own bits (-0.0 made +0.0): the winner's logit is its key, so the tree
+            # carries no third value (the selects on his twice fold into one).
+            best, best_id, _x = _thread_best(his, his, E, BLOCK_M)
+            best_x = _key_of32(best)
+        else:
+            best, best_id, best_x = _thread_best(his, xs, E, BLOCK_M)
         if CHECK_LOGITS and i > 0:
             amb = amb | _logit_keys_close(prev_x, best_x, row_max)
         if i < K:
