@@ -13,7 +13,9 @@ key and id together and ties go to the lower id); rows the squeeze could misorde
 words (``hi << 32 | inverted lane``). Experts that must never be chosen (dropped groups with
 group_fill="exclude") get ``hi`` = INT32_MIN, below every real key including -inf, so the contract's
 order "allowed experts by key, then the rest" falls out of the same max. A winner is replaced by
-MARK + its round, so after the rounds every lane knows its output column.
+MARK + its round, so after the rounds every lane knows its output column. Rows of at most 8 experts
+without groups (THREAD_ROWS, _thread_rows) skip all of that: one row a thread, its columns a tuple of
+[BLOCK_M] vectors, each round's winner a tree of pairs inside the thread, no shuffle.
 
 Weights. For narrow rows at small T (TILE_WEIGHTS) the winning lanes store their own scores, already in
 registers: no second, dependent gather. Otherwise the K winners' logits are gathered again (L1/L2
@@ -328,10 +330,10 @@ def _thread_best(his, xs, E: tl.constexpr, BLOCK_M: tl.constexpr):
 @triton.jit
 def _thread_rounds(his, xs, kc, E: tl.constexpr, K: tl.constexpr, ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_KC: tl.constexpr, CHECK_LOGITS: tl.constexpr, row_max):
-    """Step 5 on one row a thread: ROUNDS (K or K + 1) scans of the E key-bit vectors in id order, each keeping
-    the first of equal keys (the lower id) and then marking its winner below every other key (-inf keys
-    included). Returns the first K winners (ids and logits as [BM, BKC]) and, with CHECK_LOGITS (the keys
-    are the logits), the rows where _logit_keys_close holds between a winner and the next word."""
+    """Step 5 on one row a thread: ROUNDS (K or K + 1) winners of the E key-bit vectors by _thread_best (the
+    first of equal keys: the lower id), each then marked below every other key (-inf keys included).
+    Returns the first K winners (ids and logits as [BM, BKC]) and, with CHECK_LOGITS (the keys are the
+    logits), the rows where _logit_keys_close holds between a winner and the next word."""
     ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
     xk = tl.full([BLOCK_M, BLOCK_KC], float("-inf"), tl.float32)
     amb = tl.zeros([BLOCK_M], dtype=tl.int1)
@@ -390,7 +392,8 @@ def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scal
                  HAS_SOFTCAP: tl.constexpr, HAS_BIAS: tl.constexpr, LOGIT_KEYS: tl.constexpr,
                  FORCE_EXACT: tl.constexpr, ACCURATE: tl.constexpr):
     """Steps 1-5 for narrow rows (no groups), one row a thread: the E columns are E vectors of [BM], so
-    every reduction along a row is a chain of E - 1 ops inside its thread, with no shuffle.
+    every reduction along a row stays inside its thread (the max and sum a chain, each round's winner a
+    tree), with no shuffle.
 
     Exact 32-bit keys, or with LOGIT_KEYS (renormalized softmax) the logits themselves, K + 1 rounds and
     _logit_keys_close between neighbours: no row sum and no division for the E - K losers; a program with
