@@ -229,7 +229,7 @@ AB_VARIANTS = {
     "one-row": {"launch_override": (1, 1)},  # one row a warp (flat epilogue; logit keys for softmax)
     "two-rows": {"launch_override": (2, 1)},  # two rows a program (the 2-D epilogue and rounds)
     "no-pdl": {"use_pdl_override": False},
-    "thread-rows": {"thread_rows_override": True},  # one row a thread (ungrouped rows of any width)
+    "thread-rows": {"thread_rows_override": True},  # one row a thread (ungrouped rows up to 32 lanes)
     "warp-rows": {"thread_rows_override": False},  # rows on warps (the path of wide rows)
 }
 

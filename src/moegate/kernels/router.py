@@ -53,7 +53,8 @@ force_exact_override: bool = False
 # tests pick, off (False), or the heuristic (None): rows of at most THREAD_ROWS_MAX_LANES experts. H200 run
 # 14, one row a thread against rows on warps: Mixtral (8 experts, top-2) T=4096 1.61 vs 2.30 us, T=65536
 # 3.68 vs 5.78; 16 experts top-2 T=4096 2.48 vs 2.08, T=65536 5.44 vs 5.05; 32 top-8 slower everywhere
-# (T=65536 20.0 vs 15.5: a thread's E * K compare chain grows past what it saves).
+# (T=65536 20.0 vs 15.5: a thread's E * K compare chain grows past what it saves). Run 20, with the logit
+# keys one row a thread gained since: 16 top-2 mixed, 32 top-8 still slower (19.3 vs 15.4).
 thread_rows_override: bool | None = None
 THREAD_ROWS_MAX_LANES = 8
 THREAD_ROWS_MAX_FORCED = 32  # the kernel's tree of pairs takes up to 32 lanes
