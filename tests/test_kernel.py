@@ -276,10 +276,16 @@ def test_exclude_never_selects_a_dropped_group_even_below_neg_inf():
     assert (got.ids < 16).all()
 
 
-def test_wide_key_ranges_take_the_exact_path():
+@pytest.mark.parametrize("split", [False, True], ids=["heuristic", "split-rows"])
+def test_wide_key_ranges_take_the_exact_path(split, monkeypatch):
     """Rows the 32-bit fast path cannot order (keys of both signs or spread past the distance word, keys
-    closer than the truncated word's resolution) must take the exact path and route like the reference."""
+    closer than the truncated word's resolution) must take the exact path and route like the reference:
+    as the launcher picks the path, and with the ungrouped rows split over threads."""
+    import moegate.kernels.router as kr
+
     E = 32 if not FULL else 256
+    if split:
+        monkeypatch.setattr(kr, "split_rows_override", E // 16)  # 16 columns a thread
     g = torch.Generator().manual_seed(7)
     order = torch.rand(37, E, generator=g).argsort(dim=1).float()
     for config, logits in (
@@ -455,16 +461,20 @@ def _near_tie_softmax_rows(E, seed):
     return torch.cat([ulps, spread, pairs, ties, zeros, far, dead, big, deep, drop, *steps])
 
 
-@pytest.mark.parametrize("E,K", [(None, 1), (None, 8), (8, 2), (8, 8)],
-                         ids=["warp-top1", "warp-top8", "thread-top2", "thread-top8-of-8"])
-def test_softmax_logit_keys_route_like_exact_scores(E, K, monkeypatch):
+@pytest.mark.parametrize("E,K,split", [(None, 1, 0), (None, 8, 0), (8, 2, 0), (8, 8, 0), (None, 8, 4), (8, 8, 2)],
+                         ids=["warp-top1", "warp-top8", "thread-top2", "thread-top8-of-8", "split-top8",
+                              "split-top8-of-8"])
+def test_softmax_logit_keys_route_like_exact_scores(E, K, split, monkeypatch):
     """Renormalized softmax selects on the logits and checks the margins between winners: it must route
     exactly like the exact scores (every row forced down the exact path), also where rounding makes scores
-    tie; and both like the reference on ordinary inputs. One row a warp (E None: 128 or 64 experts) and one
-    row a thread (8 experts, K < E and K = E)."""
+    tie; and both like the reference on ordinary inputs. One row a warp (E None: 128 or 64 experts), one
+    row a thread (8 experts, K < E and K = E) and rows split over 4 or 2 threads."""
     import moegate.kernels.router as kr
 
-    if E is None:
+    if split:
+        E = E or (128 if FULL else 64)
+        monkeypatch.setattr(kr, "split_rows_override", split)
+    elif E is None:
         E = 128 if FULL else 64
         monkeypatch.setattr(kr, "launch_override", (1, 1))
     else:
@@ -472,7 +482,7 @@ def test_softmax_logit_keys_route_like_exact_scores(E, K, monkeypatch):
     config = RouterConfig(E, K, scoring="softmax", renormalize=True)
     logits = _near_tie_softmax_rows(E, seed=K).to(DEVICE)
     fast = route(logits, config, backend="triton")
-    if kr._use_thread_rows(config):
+    if kr._use_thread_rows(config) or split:
         # A program of 32 rows reselects all of them when one is close: route each row alone too, so that
         # no row's check hides behind a neighbour's.
         alone = [route(logits[r : r + 1], config, backend="triton") for r in range(logits.shape[0])]
@@ -607,12 +617,63 @@ def test_thread_rows_match_reference(name, config, tol, monkeypatch):
                          num_valid_tokens=max(T - 3, 0), **extras(config, T, seed))
 
 
-def test_thread_rows_ties_nan_and_neg_inf(monkeypatch):
-    """One row a thread on the edge cases: equal keys go to the lower id, NaN and -inf are dead (key -inf,
-    weight 0, still selected in id order when fewer than K experts live), -0.0 ties with +0.0."""
+@pytest.mark.parametrize("name,config,tol", _thread_row_configs(), ids=[c[0] for c in _thread_row_configs()])
+def test_split_rows_match_reference(name, config, tol, monkeypatch):
+    """Rows split over Q threads (SPLIT_ROWS), forced: every ungrouped knob, every layout, fp32 and bf16
+    logits; 4 threads a row (16 or 13 experts: 4 columns a thread, the last thread's 13th-16th columns
+    padding) on one and on two warps, and 2 threads a row (8 columns a thread)."""
     import moegate.kernels.router as kr
 
-    monkeypatch.setattr(kr, "thread_rows_override", True)
+    E = config.num_scored
+    for q, launch in ((4, None), (4, (16, 2)), (2, None)):
+        monkeypatch.setattr(kr, "split_rows_override", q)
+        monkeypatch.setattr(kr, "launch_override", launch)
+        for (lname, layout, S), dtype in zip(_layouts(config.num_experts), (torch.float32, torch.bfloat16) * 3,
+                                             strict=False):
+            if config.num_zero_experts and lname != "default":
+                continue
+            for seed, T in enumerate((0, 1, 29)):
+                logits = tie_free_logits(T, E, dtype, seed)
+                run_both(logits, config.replace(num_shared_experts=S), layout, tol=tol,
+                         near_ties=config.has_correction_bias, home_rank=layout.ep_size - 1,
+                         num_valid_tokens=max(T - 3, 0), **extras(config, T, seed))
+
+
+def test_split_rows_only_where_they_apply(monkeypatch):
+    """Split rows only for ungrouped, unhashed rows; a forced thread count must hold the row in at most 32
+    columns a thread, and a forced launch must hold whole rows."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "split_rows_override", 4)
+    assert kr._split_threads(RouterConfig(128, 8), 64) == 4
+    assert kr._split_threads(RouterConfig(128, 8, n_group=8, topk_group=4), 64) == 0
+    assert kr._split_threads(RouterConfig(128, 8, routing="hash"), 64) == 0
+    assert kr._launch_shape(64, 128, split=4) == (8, 1)
+    monkeypatch.setattr(kr, "launch_override", (8, 2))
+    with pytest.raises(ValueError, match="whole|rows per program"):
+        kr._launch_shape(64, 128, split=4)
+    monkeypatch.setattr(kr, "launch_override", None)
+    monkeypatch.setattr(kr, "split_rows_override", 2)
+    with pytest.raises(ValueError, match="at most 32"):
+        kr._split_threads(RouterConfig(128, 8), 64)  # 64 columns a thread
+    monkeypatch.setattr(kr, "split_rows_override", 3)
+    with pytest.raises(ValueError, match="threads a row"):
+        kr._split_threads(RouterConfig(12, 2), 64)
+    out = poisoned_out(4, 8)
+    with pytest.raises(ValueError, match="threads a row"):
+        route(torch.zeros(4, 12, device=DEVICE), RouterConfig(12, 8), backend="triton", out=out)
+    assert torch.isnan(out[0]).all() and (out[1] == -7).all()
+
+
+@pytest.mark.parametrize("override", [("thread_rows_override", True), ("split_rows_override", 2),
+                                      ("split_rows_override", 4)], ids=["one-row-a-thread", "split-2", "split-4"])
+def test_thread_rows_ties_nan_and_neg_inf(override, monkeypatch):
+    """One row a thread and rows split over 2 or 4 threads on the edge cases: equal keys go to the lower id,
+    NaN and -inf are dead (key -inf, weight 0, still selected in id order when fewer than K experts live),
+    -0.0 ties with +0.0."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, *override)
     g = torch.Generator().manual_seed(11)
     E, K = 12, 4
     for config in (
@@ -729,8 +790,12 @@ def test_hash_token_outside_the_table_makes_a_padded_row():
     assert (got[1][[0, 2, 4]] >= 0).all()
 
 
-@pytest.mark.parametrize("E,K", [(64, 6), (8, 3)], ids=["rows-on-warps", "one-row-a-thread"])
-def test_packed_output(E, K):
+@pytest.mark.parametrize("E,K,split", [(64, 6, 0), (8, 3, 0), (64, 6, 4)],
+                         ids=["rows-on-warps", "one-row-a-thread", "split-rows"])
+def test_packed_output(E, K, split, monkeypatch):
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "split_rows_override", split or None)
     config = RouterConfig(E, K, scoring="sigmoid", has_correction_bias=True, num_shared_experts=1)
     layout = ExpertLayout(shared_slots="global")
     T = 37
@@ -810,9 +875,15 @@ def test_property_random_configs_match_reference(E_per_group, n_group, data):
 
 
 @needs_cuda
-@pytest.mark.parametrize("E", [256, 8], ids=["deepseek-v3-like", "mixtral-like-one-row-a-thread"])
-def test_cuda_graph_replay_equals_eager(E):
-    if E == 256:
+@pytest.mark.parametrize("E", [256, 8, 128], ids=["deepseek-v3-like", "mixtral-like-one-row-a-thread",
+                                                  "qwen3-like-split-rows"])
+def test_cuda_graph_replay_equals_eager(E, monkeypatch):
+    import moegate.kernels.router as kr
+
+    if E == 128:
+        monkeypatch.setattr(kr, "split_rows_override", 4)
+        config = RouterConfig(128, 8, renormalize=True, routed_scaling_factor=2.5, num_shared_experts=1)
+    elif E == 256:
         config = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4,
                               routed_scaling_factor=2.5, num_shared_experts=1)
     else:
@@ -844,7 +915,7 @@ def test_cuda_graph_replay_equals_eager(E):
         eager = route(logits, config, layout, num_valid_tokens=nv, home_rank=1, backend="triton", **kw)
         assert torch.equal(replayed[1], eager.ids) and torch.equal(replayed[0], eager.weights)
         want = route(logits, config, layout, num_valid_tokens=nv, home_rank=1, backend="reference", **kw)
-        assert_same_routing(replayed, want, logits, config, kw["bias"], near_ties=True)
+        assert_same_routing(replayed, want, logits, config, kw.get("bias"), near_ties=True)
 
 
 def test_torch_compile_fullgraph():

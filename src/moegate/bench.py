@@ -231,7 +231,13 @@ AB_VARIANTS = {
     "no-pdl": {"use_pdl_override": False},
     "thread-rows": {"thread_rows_override": True},  # one row a thread (ungrouped rows up to 32 lanes)
     "warp-rows": {"thread_rows_override": False},  # rows on warps (the path of wide rows)
+    "no-split": {"split_rows_override": 0},  # rows on warps (or one a thread) where the launcher splits them
 }
+# Split rows (ungrouped rows on Q threads each): the launcher's warps (split-Q) and w warps (split-QwW).
+for _q in (2, 4, 8, 16):
+    AB_VARIANTS[f"split-{_q}"] = {"split_rows_override": _q}
+    for _w in (2, 4):
+        AB_VARIANTS[f"split-{_q}w{_w}"] = {"split_rows_override": _q, "launch_override": (32 * _w // _q, _w)}
 
 
 def ab(shapes, tokens, rep, variants=None):

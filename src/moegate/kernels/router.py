@@ -58,6 +58,11 @@ force_exact_override: bool = False
 thread_rows_override: bool | None = None
 THREAD_ROWS_MAX_LANES = 8
 THREAD_ROWS_MAX_FORCED = 32  # the kernel's tree of pairs takes up to 32 lanes
+# Rows without groups or hashing on Q threads each (SPLIT_ROWS, _split_rows): forced to Q (the tests, the
+# benchmark's A/B), off (0), or the heuristic (None).
+split_rows_override: int | None = None
+SPLIT_THREADS = (2, 4, 8, 16)  # a program of w warps takes 32 * w / Q rows: at least 2
+SPLIT_MAX_COLUMNS = 32  # columns a thread: _fold's tree takes up to 32
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
@@ -103,6 +108,7 @@ class _Spec(NamedTuple):
     NUM_PHYSICAL: int
     MAX_REPLICAS: int
     THREAD_ROWS: int
+    SPLIT_ROWS: int
     num_valid: int  # -1: read from the device tensor
     home_rank: int
     layer: int
@@ -129,13 +135,34 @@ def _use_thread_rows(config: RouterConfig) -> bool:
     return eligible and config.num_scored <= THREAD_ROWS_MAX_LANES
 
 
-def _launch_shape(num_tokens: int, tile: int, thread_rows: bool = False) -> tuple[int, int]:
+def _split_threads(config: RouterConfig, num_tokens: int) -> int:
+    """Threads a row for split rows (the kernel's SPLIT_ROWS), 0 for none: rows without groups or hashing."""
+    if config.n_group != 1 or config.routing == "hash":
+        return 0
+    if split_rows_override is not None:
+        q = split_rows_override
+        if q and (q not in SPLIT_THREADS or triton.cdiv(config.num_scored, q) > SPLIT_MAX_COLUMNS):
+            raise ValueError(f"split_rows_override={q}: split rows take {SPLIT_THREADS} threads a row and at most "
+                             f"{SPLIT_MAX_COLUMNS} of the row's {config.num_scored} columns a thread")
+        return q
+    return 0
+
+
+def _launch_shape(num_tokens: int, tile: int, thread_rows: bool = False, split: int = 0) -> tuple[int, int]:
     """(rows per program, warps per program).
 
     A row's top-K is a chain of K reductions; one warp per row keeps them on shuffles. Packing more rows
     into a program or more warps into a row only paid off where the sweep says so. With ``thread_rows``
-    a program takes 32 rows a warp (or a multiple).
+    a program takes 32 rows a warp (or a multiple), with ``split`` threads a row 32 / split rows a warp.
     """
+    if split:
+        if launch_override is not None:
+            if launch_override[0] * split != 32 * launch_override[1]:
+                raise ValueError(f"launch_override={launch_override}: rows on {split} threads need rows per program "
+                                 f"* {split} == 32 * warps")
+            return launch_override
+        warps = 2 if num_tokens >= 16384 else 1
+        return 32 * warps // split, warps
     if thread_rows:
         if launch_override is not None:
             if launch_override[0] % (32 * launch_override[1]):
@@ -203,7 +230,7 @@ def _launch(
     select_truncated = (spec.SCORING == 0 and not spec.SELECT_LOGITS) and bias is None  # softmax scores
     # Weights from the tile (no second gather) wherever the tile holds the scores and the epilogue is the
     # plain one: not for logits selection (the tile holds no scores), hash routing, p-norms, packed words.
-    tile_weights = not (spec.HASH or spec.SELECT_LOGITS or packed is not None or spec.THREAD_ROWS
+    tile_weights = not (spec.HASH or spec.SELECT_LOGITS or packed is not None or spec.THREAD_ROWS or spec.SPLIT_ROWS
                         or (spec.RENORMALIZE and not spec.RENORM_P_ONE))
     if tile_weights and spec.block_m == 1:
         tile_weights = False  # one row a program selects without marking the winners' lanes
@@ -225,13 +252,13 @@ def _launch(
     # Renormalized softmax selected on the logits (LOGIT_KEYS): no score for the W - K unselected lanes, no
     # row sum; the weights exp(x - m) / their sum. Needs renorm_eps negligible against that sum (it is >= 1,
     # and the reference's sum of scores is >= K / W), and no groups (a top2_sum of logits is not one of scores).
-    logit_keys = bool(select_truncated and not spec.HASH and (spec.block_m == 1 or spec.THREAD_ROWS)
+    logit_keys = bool(select_truncated and not spec.HASH and (spec.block_m == 1 or spec.THREAD_ROWS or spec.SPLIT_ROWS)
                       and spec.N_GROUP == 1
                       and spec.RENORMALIZE and spec.RENORM_P_ONE and not tile_weights
                       and renorm_eps * block_g * block_gs <= 1e-8 * spec.K)
     if logit_keys_override is not None:
         logit_keys = logit_keys and logit_keys_override
-    select_truncated = select_truncated and not logit_keys and not spec.THREAD_ROWS
+    select_truncated = select_truncated and not logit_keys and not spec.THREAD_ROWS and not spec.SPLIT_ROWS
     use_pdl = _use_pdl(logits.device, T)
     extra = {"launch_pdl": True} if use_pdl else {}
     rk._route_kernel[grid](
@@ -267,7 +294,7 @@ def _launch(
         DIST_SHIFT=lane_bits - 8 if (lane_bits >= DIST_SHIFT_MIN_LANE_BITS
                                      or (lane_bits == 9 and spec.K >= DIST_SHIFT_512_MIN_K)) else 0,
         HAS_SCALE=logit_scale != 1.0, TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, LOGIT_KEYS=logit_keys,
-        THREAD_ROWS=bool(spec.THREAD_ROWS),
+        THREAD_ROWS=bool(spec.THREAD_ROWS), SPLIT_ROWS=spec.SPLIT_ROWS,
         FORCE_EXACT=force_exact_override,
         USE_PDL=use_pdl, ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
@@ -429,8 +456,9 @@ def route_triton(
     E = config.num_experts
     P = layout.num_physical(E)
     block_g, block_gs = _tile_shape(config)
-    thread_rows = _use_thread_rows(config)
-    block_m, num_warps = _launch_shape(T, block_g * block_gs, thread_rows)
+    split = _split_threads(config, T)
+    thread_rows = not split and _use_thread_rows(config)
+    block_m, num_warps = _launch_shape(T, block_g * block_gs, thread_rows, split)
     num_valid = num_valid_tokens if isinstance(num_valid_tokens, torch.Tensor) else None
     rsf = float(config.routed_scaling_factor)
     spec = _Spec(
@@ -443,7 +471,7 @@ def route_triton(
         HASH=int(config.routing == "hash"), REPLICA_POLICY=rk.REPLICA_POLICIES[layout.replica_policy],
         SHARED_MODE=rk.SHARED_SLOTS[layout.shared_slots], NUM_SHARED=config.num_shared_experts,
         SLOTS_PER_RANK=P // layout.ep_size, NUM_PHYSICAL=P, MAX_REPLICAS=max_replicas,
-        THREAD_ROWS=int(thread_rows),
+        THREAD_ROWS=int(thread_rows), SPLIT_ROWS=split,
         num_valid=-1 if num_valid is not None else (T if num_valid_tokens is None else int(num_valid_tokens)),
         home_rank=home_rank, layer=layer, block_m=block_m, num_warps=num_warps,
     )

@@ -432,6 +432,173 @@ def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scal
     return ids_k, xk, row_max, row_sum
 
 
+@triton.jit
+def _fold_level(vs, N: tl.constexpr, OP: tl.constexpr):
+    """One level of _fold: N tensors -> ceil(N / 2), neighbours combined (0: max, 1: min, 2: sum)."""
+    out = ()
+    for p in tl.static_range(N // 2):
+        if OP == 0:
+            c = tl.maximum(vs[2 * p], vs[2 * p + 1])
+        elif OP == 1:
+            c = tl.minimum(vs[2 * p], vs[2 * p + 1])
+        else:
+            c = vs[2 * p] + vs[2 * p + 1]
+        out = out + (c,)
+    if N % 2 == 1:
+        out = out + (vs[N - 1],)
+    return out
+
+
+@triton.jit
+def _fold(vs, N: tl.constexpr, OP: tl.constexpr):
+    """The elementwise max / min / sum (OP 0 / 1 / 2) of a tuple of N <= 32 same-shape tensors, as a tree:
+    inside each thread, since every tensor of the tuple has the same layout."""
+    tl.static_assert(N <= 32, "split rows hold at most 32 columns a thread")
+    vs = _fold_level(vs, N, OP)
+    vs = _fold_level(vs, (N + 1) // 2, OP)
+    vs = _fold_level(vs, (N + 3) // 4, OP)
+    vs = _fold_level(vs, (N + 7) // 8, OP)
+    vs = _fold_level(vs, (N + 15) // 16, OP)
+    return vs[0]
+
+
+@triton.jit
+def _split_exact(his, kc, E: tl.constexpr, K: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_KC: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Step 5 of split rows on exact 64-bit (key bits, inverted id) words: K rounds of one max (a tree inside
+    the thread, then across the row's Q threads), each winner then removed. Returns ids [BM, BKC]."""
+    N: tl.constexpr = (E + Q - 1) // Q
+    q = tl.arange(0, Q)[None, :]
+    words = ()
+    for j in tl.static_range(N):
+        col = j * Q + q
+        word = (his[j].to(tl.int64) << 32) | ((-col) + (BLOCK_W - 1 + LOW_PAD)).to(tl.int64)
+        words = words + (tl.where(col < E, word, INT64_MIN),)
+    ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
+    for i in tl.static_range(K):
+        best = tl.max(_fold(words, N, 0), axis=1)  # [BM]
+        ids_k = tl.where(kc[None, :] == i, ((-best.to(tl.int32)) + (BLOCK_W - 1 + LOW_PAD))[:, None], ids_k)
+        if i < K - 1:
+            marked = ()
+            for j in tl.static_range(N):
+                marked = marked + (tl.where(words[j] == best[:, None], INT64_MIN, words[j]),)
+            words = marked
+    return ids_k
+
+
+@triton.jit
+def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc,
+                E: tl.constexpr, K: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr,
+                BLOCK_W: tl.constexpr, LANE_BITS: tl.constexpr, SCORING: tl.constexpr,
+                SELECT_LOGITS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+                HAS_BIAS: tl.constexpr, LOGIT_KEYS: tl.constexpr, FORCE_EXACT: tl.constexpr,
+                ACCURATE: tl.constexpr):
+    """Steps 1-5 for rows without groups on Q threads each (SPLIT_ROWS): column j * Q + q of a row lives in
+    its thread q as entry j of a tuple of N = ceil(E / Q) tensors [BM, Q], so each reduction is a tree
+    inside the thread (_fold) and then one across the Q threads (log2(Q) shuffles), where one row a warp
+    pays five shuffles on every reduction for one row.
+
+    Selection as one row a program: 32-bit words (distance below the row's best key bits << LANE_BITS |
+    inverted id), the next round's word by the unsigned gap below the last one (no marking), the same
+    margin checks on the words, and a program with a row the words cannot decide takes _split_exact.
+    Returns (ids [BM, BKC], the winners' logits through step 1 with LOGIT_KEYS (else unused), row max, row
+    sum), the inputs of step 6.
+    """
+    N: tl.constexpr = (E + Q - 1) // Q
+    q = tl.arange(0, Q)[None, :]  # [1, Q]
+    xs = ()
+    for j in tl.static_range(N):
+        col = j * Q + q
+        # Rows past T read 0.0 (see _thread_rows); columns past E are dead.
+        x = tl.load(row_base[:, None] + col.to(tl.int64) * col_stride, mask=row_ok[:, None] & (col < E),
+                    other=0.0).to(tl.float32)
+        x = _prologue(x, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+        xs = xs + (tl.where((x != x) | (x == float("-inf")) | (col >= E), float("-inf"), x),)
+    row_max = tl.zeros([BLOCK_M], dtype=tl.float32)
+    row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
+    if SCORING == 0:
+        m = tl.max(_fold(xs, N, 0), axis=1)
+        row_max = tl.where(m > float("-inf"), m, 0.0)
+        if not LOGIT_KEYS:
+            es = ()
+            for j in tl.static_range(N):
+                es = es + (_exp(xs[j] - row_max[:, None], ACCURATE),)
+            row_sum = tl.sum(_fold(es, N, 2), axis=1)
+    his = ()
+    for j in tl.static_range(N):
+        col = j * Q + q
+        if HAS_BIAS:
+            b = tl.load(bias_ptr + col.to(tl.int64) * bias_stride, mask=col < E, other=0.0).to(tl.float32)
+        else:
+            b = 0.0
+        _key, _s, hi = _key_bits(xs[j], xs[j] == float("-inf"), col < E, row_max[:, None], row_sum[:, None], b,
+                                 SCORING, SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, False, ACCURATE)
+        his = his + (hi,)
+    # Words: the key's distance below the row's best, exact up to 2**31 / BLOCK_W - 1 ulps, clamped to 0
+    # beyond (a winner on the clamp is ambiguous); padding columns INT32_MIN.
+    span = (2147483648 // BLOCK_W) - 1
+    hi_max = tl.max(_fold(his, N, 0), axis=1)  # [BM]
+    base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)[:, None]  # [BM, 1]
+    words = ()
+    for j in tl.static_range(N):
+        col = j * Q + q
+        word = ((tl.maximum(his[j], base) - base) << LANE_BITS) | ((-col) + (BLOCK_W - 1))
+        words = words + (tl.where(his[j] > INT32_MIN, word, INT32_MIN),)
+    ROUNDS: tl.constexpr = K + 1 if LOGIT_KEYS else K
+    best = tl.max(_fold(words, N, 0), axis=1)  # [BM]
+    wk = tl.where(kc[None, :] == 0, best[:, None], INT32_MIN)  # round i's word at column i
+    wn = tl.full([BLOCK_M, BLOCK_KC], INT32_MIN, tl.int32)  # round i + 1's word at column i
+    for i in tl.static_range(1, ROUNDS):
+        # The next word down without marking: best - 1 - word, as unsigned, is below 2**31 for the words
+        # under best and wraps past it for best and the words above it (and INT32_MIN once best >= 1).
+        gaps = ()
+        for j in tl.static_range(N):
+            gaps = gaps + ((best[:, None] - 1 - words[j]).to(tl.uint32, bitcast=True),)
+        gap = tl.min(_fold(gaps, N, 1), axis=1)
+        best = best - 1 - gap.to(tl.int32, bitcast=True)
+        wk = tl.where(kc[None, :] == i, best[:, None], wk)
+        wn = tl.where(kc[None, :] == i - 1, best[:, None], wn)
+    cur = kc[None, :] < K
+    d = wk >> LANE_BITS
+    dn = wn >> LANE_BITS
+    has_next = (wn >= 0) & (wn < wk)
+    amb = cur & ((wk < 0) | ((kc[None, :] < K - 1) & (has_next == 0)))
+    if LOGIT_KEYS:
+        k_lo = _key_of32(base + d)
+        k_next = _key_of32(base + dn)
+        close = _logit_keys_close(k_lo, k_next, row_max[:, None])
+        amb = amb | (cur & ((d == 0) | (k_lo < row_max[:, None] - 75.0) | (has_next & close)))
+    else:
+        amb = amb | ((kc[None, :] == K - 1) & (d == 0))  # the K-th winner's distance clamped to 0
+    amb = amb & row_ok[:, None]
+    if FORCE_EXACT:
+        amb = amb | row_ok[:, None]
+    ids_k = tl.where(cur, (-(wk & (BLOCK_W - 1))) + (BLOCK_W - 1), 0)
+    xk = tl.where(cur, _key_of32(base + d), float("-inf"))  # the winners' logits (LOGIT_KEYS, d > 0)
+    if tl.max(tl.max(amb.to(tl.int32), axis=1), axis=0) > 0:
+        if LOGIT_KEYS:  # the exact scores
+            es = ()
+            for j in tl.static_range(N):
+                es = es + (_exp(xs[j] - row_max[:, None], ACCURATE),)
+            row_sum = tl.sum(_fold(es, N, 2), axis=1)
+            exact = ()
+            for j in tl.static_range(N):
+                col = j * Q + q
+                if HAS_BIAS:
+                    b = tl.load(bias_ptr + col.to(tl.int64) * bias_stride, mask=col < E, other=0.0).to(tl.float32)
+                else:
+                    b = 0.0
+                _key, _s, hi = _key_bits(xs[j], xs[j] == float("-inf"), col < E, row_max[:, None],
+                                         row_sum[:, None], b, SCORING, SELECT_LOGITS, HAS_BIAS, False, ACCURATE)
+                exact = exact + (hi,)
+            ids_k = _split_exact(exact, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W)
+        else:
+            ids_k = _split_exact(his, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W)
+        xk = _gather_logits(row_base[:, None], ids_k, col_stride, row_ok[:, None] & cur, logit_scale, softcap,
+                            HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+    return ids_k, xk, row_max, row_sum
+
+
 @triton.jit(do_not_specialize=["num_valid", "num_tokens", "home_rank", "hash_vocab"])
 def _route_kernel(
     logits_ptr, logits_row_stride, logits_col_stride,
@@ -486,6 +653,7 @@ def _route_kernel(
     APPROX_KEYS: tl.constexpr,  # sigmoid selection keys from fast math, margins checked (one row a program)
     LOGIT_KEYS: tl.constexpr,  # renormalized softmax selected on the logits, margins checked (one row a program)
     THREAD_ROWS: tl.constexpr,  # narrow rows without groups, one a thread (_thread_rows)
+    SPLIT_ROWS: tl.constexpr,  # 0, or rows without groups on this many threads each (_split_rows)
     FORCE_EXACT: tl.constexpr,  # every row takes the exact path (tests)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     ACCURATE: tl.constexpr,
@@ -514,7 +682,7 @@ def _route_kernel(
 
     row_max = tl.zeros([BLOCK_M], dtype=tl.float32)
     row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
-    if ((not HASH) or (SCORING == 0)) and not THREAD_ROWS:
+    if ((not HASH) or (SCORING == 0)) and not THREAD_ROWS and SPLIT_ROWS == 0:
         # The tile is [rows, lanes]; lane = group * BLOCK_GS + position in the group, so a tl.reshape to
         # [rows, groups, BLOCK_GS] lines the groups up. Lane order is expert order (ties by lane are ties
         # by id). Reductions along the lanes stay mostly inside a thread: a 3-D tile put the 32 threads
@@ -560,6 +728,11 @@ def _route_kernel(
             row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc, N_GROUP * GROUP_SIZE,
             K, BLOCK_M, BLOCK_KC, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, LOGIT_KEYS, FORCE_EXACT,
             ACCURATE)
+    elif SPLIT_ROWS > 0:
+        ids_k, thread_x, row_max, row_sum = _split_rows(
+            row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc, N_GROUP * GROUP_SIZE,
+            K, SPLIT_ROWS, BLOCK_M, BLOCK_KC, BLOCK_W, LANE_BITS, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP,
+            HAS_BIAS, LOGIT_KEYS, FORCE_EXACT, ACCURATE)
     else:
         if HAS_BIAS:
             b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
@@ -787,7 +960,7 @@ def _route_kernel(
         # Step 6: the weights from the unbiased scores, recomputed from a gather of the winners' logits.
         if WORD_LOGITS:
             xk = e_x
-        elif THREAD_ROWS:
+        elif THREAD_ROWS or (SPLIT_ROWS > 0 and LOGIT_KEYS):
             xk = thread_x
         else:
             xk = _gather_logits(e_base, e_ids, logits_col_stride, e_mask, logit_scale, softcap, HAS_SCALE,
