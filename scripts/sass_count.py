@@ -190,8 +190,9 @@ def main(argv=None) -> int:
         logits = torch.randn(64, config.num_scored).to(dtype)
         bias = torch.randn(config.num_scored) * 0.1 if config.has_correction_bias else None
         layout = ExpertLayout()
+        split = kr._split_threads(config, a.tokens)
         block_m, num_warps = kr._launch_shape(a.tokens, kr._tile_shape(config)[0] * kr._tile_shape(config)[1],
-                                               kr._use_thread_rows(config))
+                                               not split and kr._use_thread_rows(config), split)
         saved = kr.launch_override
         kr.launch_override = (block_m, num_warps)
         try:
@@ -200,7 +201,9 @@ def main(argv=None) -> int:
             kr.launch_override = saved
         counts = sass_counts(compiled)
         total = sum(counts.values())
+        spills = sum(counts[k] for k in ("STL", "LDL"))
         print(f"{name:18s} T={a.tokens:<6d} block_m={block_m} warps={num_warps} regs={registers(compiled):3d} "
+              f"local={spills} "
               f"sass={total} fast_path~{fast_path_estimate(compiled)}")
         if a.opcodes:
             print("   ", " ".join(f"{k}:{v}" for k, v in counts.most_common()))

@@ -59,10 +59,17 @@ thread_rows_override: bool | None = None
 THREAD_ROWS_MAX_LANES = 8
 THREAD_ROWS_MAX_FORCED = 32  # the kernel's tree of pairs takes up to 32 lanes
 # Rows without groups or hashing on Q threads each (SPLIT_ROWS, _split_rows): forced to Q (the tests, the
-# benchmark's A/B), off (0), or the heuristic (None).
+# benchmark's A/B), off (0), or the heuristic (None). H200 run 21 (BENCHMARKS.md), Qwen3 (128 experts, top-8,
+# renormalized softmax selected on the logits), split against the rows on warps: T=65536 21.4 us on 8 threads
+# a row (22.5 on 4, 24.8 on 16) against 36.8, T=32768 12.2 against 21.2, T=4096 4.73 on 16 threads (5.55 on
+# 8) against 5.42; T <= 1024 slower on any Q (2.0-2.5 against 1.5-2.2 us). DeepSeek-V4 (sqrt-softplus + bias,
+# 256 experts) and Kimi-K2 (sigmoid + bias, 384) slower split (T=65536: 71.7 and 83.2 against 62.2 and 64.9):
+# their keys' math is the same work a column on any layout, and their weights need the gather.
 split_rows_override: int | None = None
 SPLIT_THREADS = (2, 4, 8, 16)  # a program of w warps takes 32 * w / Q rows: at least 2
 SPLIT_MAX_COLUMNS = 32  # columns a thread: _fold's tree takes up to 32
+SPLIT_MIN_TOKENS = 4096
+SPLIT_WIDE_TOKENS = 8192  # from here 8 threads a row, below 16
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
@@ -145,7 +152,12 @@ def _split_threads(config: RouterConfig, num_tokens: int) -> int:
             raise ValueError(f"split_rows_override={q}: split rows take {SPLIT_THREADS} threads a row and at most "
                              f"{SPLIT_MAX_COLUMNS} of the row's {config.num_scored} columns a thread")
         return q
-    return 0
+    logit_keys = (config.scoring == "softmax" and config.selection == "scores" and not config.has_correction_bias
+                  and config.renormalize and config.renorm_p == 1.0
+                  and config.renorm_eps * triton.next_power_of_2(config.num_scored) <= 1e-8 * config.top_k)
+    if not logit_keys or not 64 < config.num_scored <= 128 or num_tokens < SPLIT_MIN_TOKENS:
+        return 0
+    return 8 if num_tokens >= SPLIT_WIDE_TOKENS else 16
 
 
 def _launch_shape(num_tokens: int, tile: int, thread_rows: bool = False, split: int = 0) -> tuple[int, int]:

@@ -203,8 +203,9 @@ def _key_bits(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_L
     key = tl.where(dead, float("-inf"), key)
     if SELECT_LOGITS:
         # -0.0 ties with +0.0, as in torch.sort. Scores are never -0.0 (each scoring yields +0.0 at
-        # the bottom) and +0.0 + -0.0 rounds to +0.0, so only logit keys need the fix.
-        key = tl.where(key == 0.0, 0.0, key)
+        # the bottom) and +0.0 + -0.0 rounds to +0.0, so only logit keys need the fix: + 0.0 (IEEE: -0.0 +
+        # +0.0 = +0.0, every other key unchanged; one FADD where a compare and a select took two).
+        key = key + 0.0
     hi = tl.where(ok2, _order_bits(key), INT32_MIN)
     return key, s, hi
 
@@ -418,7 +419,7 @@ def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scal
     if LOGIT_KEYS:
         his = ()
         for j in tl.static_range(E):
-            his = his + (_order_bits(tl.where(xs[j] == 0.0, 0.0, xs[j])),)  # -0.0 ties with +0.0
+            his = his + (_order_bits(xs[j] + 0.0),)  # -0.0 ties with +0.0 (see _key_bits)
         ids_k, xk, amb = _thread_rounds(his, xs, kc, E, K, K + 1 if E > K else K, BLOCK_M, BLOCK_KC, True,
                                         row_max)
         if FORCE_EXACT:
@@ -487,6 +488,58 @@ def _split_exact(his, kc, E: tl.constexpr, K: tl.constexpr, Q: tl.constexpr, BLO
 
 
 @triton.jit
+def _split_load(row_base, col_stride, row_ok, logit_scale, softcap, E: tl.constexpr, Q: tl.constexpr,
+                HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr, ACCURATE: tl.constexpr):
+    """Step 1 of split rows: the tuple of N = ceil(E / Q) logit tensors [BM, Q] (column j * Q + q at entry j,
+    thread q), dead ones (NaN, -inf, columns past E) -inf. Rows past T read 0.0 (see _thread_rows). Where Q
+    divides E there are no padding columns, and no masks or selects for them."""
+    N: tl.constexpr = (E + Q - 1) // Q
+    q = tl.arange(0, Q)[None, :]  # [1, Q]
+    xs = ()
+    for j in tl.static_range(N):
+        col = j * Q + q
+        if E % Q == 0:  # no padding columns
+            x = tl.load(row_base[:, None] + col.to(tl.int64) * col_stride, mask=row_ok[:, None], other=0.0)
+        else:
+            x = tl.load(row_base[:, None] + col.to(tl.int64) * col_stride, mask=row_ok[:, None] & (col < E),
+                        other=0.0)
+        x = _prologue(x.to(tl.float32), logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+        dead = (x != x) | (x == float("-inf"))
+        if E % Q != 0:
+            dead = dead | (col >= E)
+        xs = xs + (tl.where(dead, float("-inf"), x),)
+    return xs
+
+
+@triton.jit
+def _split_keys(xs, row_max, row_sum, bias_ptr, bias_stride, E: tl.constexpr, Q: tl.constexpr,
+                SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr, HAS_BIAS: tl.constexpr, ACCURATE: tl.constexpr):
+    """Steps 2-3 of split rows: the keys' order-preserving bits, columns past E at INT32_MIN."""
+    N: tl.constexpr = (E + Q - 1) // Q
+    q = tl.arange(0, Q)[None, :]
+    his = ()
+    for j in tl.static_range(N):
+        col = j * Q + q
+        if HAS_BIAS:
+            b = tl.load(bias_ptr + col.to(tl.int64) * bias_stride, mask=col < E, other=0.0).to(tl.float32)
+        else:
+            b = 0.0
+        _key, _s, hi = _key_bits(xs[j], xs[j] == float("-inf"), col < E, row_max[:, None], row_sum[:, None], b,
+                                 SCORING, SELECT_LOGITS, HAS_BIAS, False, ACCURATE)
+        his = his + (hi,)
+    return his
+
+
+@triton.jit
+def _split_row_sum(xs, row_max, N: tl.constexpr, ACCURATE: tl.constexpr):
+    """The softmax row sum of split rows: a tree inside each thread, then across the row's threads."""
+    es = ()
+    for j in tl.static_range(N):
+        es = es + (_exp(xs[j] - row_max[:, None], ACCURATE),)
+    return tl.sum(_fold(es, N, 2), axis=1)
+
+
+@triton.jit
 def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc,
                 E: tl.constexpr, K: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr,
                 BLOCK_W: tl.constexpr, LANE_BITS: tl.constexpr, SCORING: tl.constexpr,
@@ -500,54 +553,42 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
 
     Selection as one row a program: 32-bit words (distance below the row's best key bits << LANE_BITS |
     inverted id), the next round's word by the unsigned gap below the last one (no marking), the same
-    margin checks on the words, and a program with a row the words cannot decide takes _split_exact.
+    margin checks on the words, and a program with a row the words cannot decide reloads its rows and
+    takes _split_exact (so that only the words stay live through the rounds).
     Returns (ids [BM, BKC], the winners' logits through step 1 with LOGIT_KEYS (else unused), row max, row
     sum), the inputs of step 6.
     """
     N: tl.constexpr = (E + Q - 1) // Q
     q = tl.arange(0, Q)[None, :]  # [1, Q]
-    xs = ()
-    for j in tl.static_range(N):
-        col = j * Q + q
-        # Rows past T read 0.0 (see _thread_rows); columns past E are dead.
-        x = tl.load(row_base[:, None] + col.to(tl.int64) * col_stride, mask=row_ok[:, None] & (col < E),
-                    other=0.0).to(tl.float32)
-        x = _prologue(x, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
-        xs = xs + (tl.where((x != x) | (x == float("-inf")) | (col >= E), float("-inf"), x),)
+    xs = _split_load(row_base, col_stride, row_ok, logit_scale, softcap, E, Q, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
     row_max = tl.zeros([BLOCK_M], dtype=tl.float32)
     row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
     if SCORING == 0:
         m = tl.max(_fold(xs, N, 0), axis=1)
         row_max = tl.where(m > float("-inf"), m, 0.0)
         if not LOGIT_KEYS:
-            es = ()
-            for j in tl.static_range(N):
-                es = es + (_exp(xs[j] - row_max[:, None], ACCURATE),)
-            row_sum = tl.sum(_fold(es, N, 2), axis=1)
-    his = ()
-    for j in tl.static_range(N):
-        col = j * Q + q
-        if HAS_BIAS:
-            b = tl.load(bias_ptr + col.to(tl.int64) * bias_stride, mask=col < E, other=0.0).to(tl.float32)
-        else:
-            b = 0.0
-        _key, _s, hi = _key_bits(xs[j], xs[j] == float("-inf"), col < E, row_max[:, None], row_sum[:, None], b,
-                                 SCORING, SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, False, ACCURATE)
-        his = his + (hi,)
+            row_sum = _split_row_sum(xs, row_max, N, ACCURATE)
+    his = _split_keys(xs, row_max, row_sum, bias_ptr, bias_stride, E, Q, SCORING, SELECT_LOGITS or LOGIT_KEYS,
+                      HAS_BIAS, ACCURATE)
     # Words: the key's distance below the row's best, exact up to 2**31 / BLOCK_W - 1 ulps, clamped to 0
     # beyond (a winner on the clamp is ambiguous); padding columns INT32_MIN.
     span = (2147483648 // BLOCK_W) - 1
     hi_max = tl.max(_fold(his, N, 0), axis=1)  # [BM]
-    base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)[:, None]  # [BM, 1]
+    base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)  # [BM]
     words = ()
     for j in tl.static_range(N):
         col = j * Q + q
-        word = ((tl.maximum(his[j], base) - base) << LANE_BITS) | ((-col) + (BLOCK_W - 1))
-        words = words + (tl.where(his[j] > INT32_MIN, word, INT32_MIN),)
+        word = ((tl.maximum(his[j], base[:, None]) - base[:, None]) << LANE_BITS) | ((-col) + (BLOCK_W - 1))
+        if E % Q != 0:  # padding columns
+            word = tl.where(his[j] > INT32_MIN, word, INT32_MIN)
+        words = words + (word,)
     ROUNDS: tl.constexpr = K + 1 if LOGIT_KEYS else K
     best = tl.max(_fold(words, N, 0), axis=1)  # [BM]
-    wk = tl.where(kc[None, :] == 0, best[:, None], INT32_MIN)  # round i's word at column i
-    wn = tl.full([BLOCK_M, BLOCK_KC], INT32_MIN, tl.int32)  # round i + 1's word at column i
+    # Round i's word at column i of wk, round i + 1's at column i of wn: the checks then run on [BM, BKC]
+    # tensors, whose columns spread over the threads (on the [BM] vectors, which every thread of a row holds,
+    # each thread would check all K winners: SASS 798 against 722 a warp, Qwen3 at 4 rows a warp).
+    wk = tl.where(kc[None, :] == 0, best[:, None], INT32_MIN)
+    wn = tl.full([BLOCK_M, BLOCK_KC], INT32_MIN, tl.int32)
     for i in tl.static_range(1, ROUNDS):
         # The next word down without marking: best - 1 - word, as unsigned, is below 2**31 for the words
         # under best and wraps past it for best and the words above it (and INT32_MIN once best >= 1).
@@ -562,38 +603,29 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
     d = wk >> LANE_BITS
     dn = wn >> LANE_BITS
     has_next = (wn >= 0) & (wn < wk)
+    # A padding column among the winners (fewer than K allowed columns), or the rounds ran out early.
     amb = cur & ((wk < 0) | ((kc[None, :] < K - 1) & (has_next == 0)))
+    k_lo = _key_of32(base[:, None] + d)  # the winners' logits (LOGIT_KEYS, d > 0)
     if LOGIT_KEYS:
-        k_lo = _key_of32(base + d)
-        k_next = _key_of32(base + dn)
-        close = _logit_keys_close(k_lo, k_next, row_max[:, None])
+        close = _logit_keys_close(k_lo, _key_of32(base[:, None] + dn), row_max[:, None])
         amb = amb | (cur & ((d == 0) | (k_lo < row_max[:, None] - 75.0) | (has_next & close)))
     else:
         amb = amb | ((kc[None, :] == K - 1) & (d == 0))  # the K-th winner's distance clamped to 0
-    amb = amb & row_ok[:, None]
+    amb = tl.max(amb.to(tl.int32), axis=1) > 0
+    amb = amb & row_ok
     if FORCE_EXACT:
-        amb = amb | row_ok[:, None]
+        amb = amb | row_ok
     ids_k = tl.where(cur, (-(wk & (BLOCK_W - 1))) + (BLOCK_W - 1), 0)
-    xk = tl.where(cur, _key_of32(base + d), float("-inf"))  # the winners' logits (LOGIT_KEYS, d > 0)
-    if tl.max(tl.max(amb.to(tl.int32), axis=1), axis=0) > 0:
-        if LOGIT_KEYS:  # the exact scores
-            es = ()
-            for j in tl.static_range(N):
-                es = es + (_exp(xs[j] - row_max[:, None], ACCURATE),)
-            row_sum = tl.sum(_fold(es, N, 2), axis=1)
-            exact = ()
-            for j in tl.static_range(N):
-                col = j * Q + q
-                if HAS_BIAS:
-                    b = tl.load(bias_ptr + col.to(tl.int64) * bias_stride, mask=col < E, other=0.0).to(tl.float32)
-                else:
-                    b = 0.0
-                _key, _s, hi = _key_bits(xs[j], xs[j] == float("-inf"), col < E, row_max[:, None],
-                                         row_sum[:, None], b, SCORING, SELECT_LOGITS, HAS_BIAS, False, ACCURATE)
-                exact = exact + (hi,)
-            ids_k = _split_exact(exact, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W)
-        else:
-            ids_k = _split_exact(his, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W)
+    xk = tl.where(cur, k_lo, float("-inf"))
+    if tl.max(amb.to(tl.int32), axis=0) > 0:
+        # Steps 1-5 again on the exact keys, from a second read of the rows (L1 / L2 hits).
+        xs2 = _split_load(row_base, col_stride, row_ok, logit_scale, softcap, E, Q, HAS_SCALE, HAS_SOFTCAP,
+                          ACCURATE)
+        if LOGIT_KEYS:
+            row_sum = _split_row_sum(xs2, row_max, N, ACCURATE)
+        his2 = _split_keys(xs2, row_max, row_sum, bias_ptr, bias_stride, E, Q, SCORING, SELECT_LOGITS, HAS_BIAS,
+                           ACCURATE)
+        ids_k = _split_exact(his2, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W)
         xk = _gather_logits(row_base[:, None], ids_k, col_stride, row_ok[:, None] & cur, logit_scale, softcap,
                             HAS_SCALE, HAS_SOFTCAP, ACCURATE)
     return ids_k, xk, row_max, row_sum
