@@ -643,17 +643,17 @@ def test_split_rows_only_where_they_apply(monkeypatch):
     """Split rows only for ungrouped, unhashed rows; a forced thread count must hold the row in at most 32
     columns a thread, and a forced launch must hold whole rows. By default only where they were measured
     faster: renormalized softmax selected on the logits, 65-128 experts, T >= 4096 (16 threads a row, 8
-    from T = 8192)."""
+    from T = 32768)."""
     import moegate.kernels.router as kr
 
     qwen3 = RouterConfig(128, 8, scoring="softmax", renormalize=True)
-    assert [kr._split_threads(qwen3, T) for T in (1, 1024, 4095, 4096, 8191, 8192, 65536)] == [0, 0, 0, 16, 16, 8, 8]
+    assert [kr._split_threads(qwen3, T) for T in (1, 1024, 4095, 4096, 32767, 32768, 65536)] == [0, 0, 0, 16, 16, 8, 8]
     for config in (RouterConfig(128, 8, scoring="sigmoid", renormalize=True), RouterConfig(256, 8, renormalize=True),
                    RouterConfig(64, 8, renormalize=True), RouterConfig(128, 8, renormalize=True, renorm_eps=1e-3),
                    RouterConfig(128, 8, renormalize=False), RouterConfig(8, 2, renormalize=True),
                    RouterConfig(128, 8, renormalize=True, n_group=8, topk_group=4)):
         assert kr._split_threads(config, 65536) == 0, config
-    seen = _launch_kwargs(torch.randn(8192, 128), qwen3)
+    seen = _launch_kwargs(torch.randn(32768, 128), qwen3)
     assert seen["SPLIT_ROWS"] == 8 and seen["LOGIT_KEYS"] and seen["BLOCK_M"] * 8 == 32 * seen["num_warps"]
     assert not seen["THREAD_ROWS"] and not seen["TRUNCATE_WORDS"] and not seen["TILE_WEIGHTS"]
     assert _launch_kwargs(torch.randn(1024, 128), qwen3)["SPLIT_ROWS"] == 0

@@ -69,7 +69,9 @@ split_rows_override: int | None = None
 SPLIT_THREADS = (2, 4, 8, 16)  # a program of w warps takes 32 * w / Q rows: at least 2
 SPLIT_MAX_COLUMNS = 32  # columns a thread: _fold's tree takes up to 32
 SPLIT_MIN_TOKENS = 4096
-SPLIT_WIDE_TOKENS = 8192  # from here 8 threads a row, below 16
+# Run 22 (revised split rows), 16 against 8 threads a row: T=4096 4.52 vs 5.64 us, T=8192 6.38 vs 6.88,
+# T=16384 8.08 vs 8.30, T=65536 22.45 vs 19.23 (run 21, T=32768: 13.34 vs 12.21).
+SPLIT_WIDE_TOKENS = 32768  # from here 8 threads a row, below 16
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
