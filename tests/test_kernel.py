@@ -472,7 +472,7 @@ def test_softmax_logit_keys_route_like_exact_scores(E, K, split, monkeypatch):
     import moegate.kernels.router as kr
 
     if split:
-        E = E or (128 if FULL else 32)  # the interpreter routes every row alone below: keep it narrow
+        E = E or (128 if FULL else 32)
         monkeypatch.setattr(kr, "split_rows_override", split)
     elif E is None:
         E = 128 if FULL else 64
@@ -482,7 +482,23 @@ def test_softmax_logit_keys_route_like_exact_scores(E, K, split, monkeypatch):
     config = RouterConfig(E, K, scoring="softmax", renormalize=True)
     logits = _near_tie_softmax_rows(E, seed=K).to(DEVICE)
     fast = route(logits, config, backend="triton")
-    if kr._use_thread_rows(config) or split:
+    if split:
+        # A program reselects all its rows when one is close: so that no row's check hides behind a
+        # neighbour's, route every row again in a program of two (16 threads a row, one warp) whose other
+        # row is never close (logits 1/E apart inside one binade), all in one launch, against the same
+        # launch on the exact path. (Not against `fast`: 16 threads sum a row in another order than 4 or 2,
+        # and some of these rows' scores tie or not by that last ulp.)
+        easy = (1.0 + torch.arange(E, dtype=torch.float32, device=DEVICE) / E).to(logits.dtype)
+        paired = torch.stack([logits, easy.expand_as(logits)], dim=1).reshape(-1, E)
+        monkeypatch.setattr(kr, "split_rows_override", 16)
+        monkeypatch.setattr(kr, "launch_override", (2, 1))
+        alone = route(paired, config, backend="triton").ids
+        monkeypatch.setattr(kr, "force_exact_override", True)
+        torch.testing.assert_close(alone, route(paired, config, backend="triton").ids, rtol=0, atol=0)
+        monkeypatch.setattr(kr, "force_exact_override", False)
+        monkeypatch.setattr(kr, "split_rows_override", split)
+        monkeypatch.setattr(kr, "launch_override", None)
+    elif kr._use_thread_rows(config):
         # A program of 32 rows reselects all of them when one is close: route each row alone too, so that
         # no row's check hides behind a neighbour's.
         alone = [route(logits[r : r + 1], config, backend="triton") for r in range(logits.shape[0])]
