@@ -610,6 +610,21 @@ def _thread_row_configs():
     return cases
 
 
+def _every_layout_padded(config, tol, tokens):
+    """Route like the reference under every layout (fp32 and bf16 logits in turn) at each T in ``tokens``,
+    the last three rows padding: rows from num_valid_tokens on get ids -1 and weights 0 (an int here, a
+    device scalar in the CUDA-graph test)."""
+    for (lname, layout, S), dtype in zip(_layouts(config.num_experts), (torch.float32, torch.bfloat16) * 3,
+                                         strict=False):
+        if config.num_zero_experts and lname != "default":
+            continue
+        for seed, T in enumerate(tokens):
+            logits = tie_free_logits(T, config.num_scored, dtype, seed)
+            run_both(logits, config.replace(num_shared_experts=S), layout, tol=tol,
+                     near_ties=config.has_correction_bias, home_rank=layout.ep_size - 1,
+                     num_valid_tokens=max(T - 3, 0), **extras(config, T, seed))
+
+
 @pytest.mark.parametrize("name,config,tol", _thread_row_configs(), ids=[c[0] for c in _thread_row_configs()])
 def test_thread_rows_match_reference(name, config, tol, monkeypatch):
     """One row a thread (THREAD_ROWS), forced: every ungrouped knob, every layout, fp32 and bf16 logits, at
@@ -617,20 +632,9 @@ def test_thread_rows_match_reference(name, config, tol, monkeypatch):
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, "thread_rows_override", True)
-    E = config.num_scored
     for launch in (None, (64, 1), (64, 2)):
         monkeypatch.setattr(kr, "launch_override", launch)
-        for (lname, layout, S), dtype in zip(_layouts(config.num_experts), (torch.float32, torch.bfloat16) * 3,
-                                             strict=False):
-            if config.num_zero_experts and lname != "default":
-                continue
-            for seed, T in enumerate((0, 1, 70)):
-                logits = tie_free_logits(T, E, dtype, seed)
-                # Padding: rows from num_valid_tokens on get ids -1 and weights 0 (an int here, a device
-                # scalar in the CUDA-graph test).
-                run_both(logits, config.replace(num_shared_experts=S), layout, tol=tol,
-                         near_ties=config.has_correction_bias, home_rank=layout.ep_size - 1,
-                         num_valid_tokens=max(T - 3, 0), **extras(config, T, seed))
+        _every_layout_padded(config, tol, (0, 1, 70))
 
 
 @pytest.mark.parametrize("name,config,tol", _thread_row_configs(), ids=[c[0] for c in _thread_row_configs()])
@@ -640,19 +644,10 @@ def test_split_rows_match_reference(name, config, tol, monkeypatch):
     padding) on one and on two warps, and 2 threads a row (8 columns a thread)."""
     import moegate.kernels.router as kr
 
-    E = config.num_scored
     for q, launch in ((4, None), (4, (16, 2)), (2, None)):
         monkeypatch.setattr(kr, "split_rows_override", q)
         monkeypatch.setattr(kr, "launch_override", launch)
-        for (lname, layout, S), dtype in zip(_layouts(config.num_experts), (torch.float32, torch.bfloat16) * 3,
-                                             strict=False):
-            if config.num_zero_experts and lname != "default":
-                continue
-            for seed, T in enumerate((0, 1, 29)):
-                logits = tie_free_logits(T, E, dtype, seed)
-                run_both(logits, config.replace(num_shared_experts=S), layout, tol=tol,
-                         near_ties=config.has_correction_bias, home_rank=layout.ep_size - 1,
-                         num_valid_tokens=max(T - 3, 0), **extras(config, T, seed))
+        _every_layout_padded(config, tol, (0, 1, 29))
 
 
 def test_split_rows_only_where_they_apply(monkeypatch):
