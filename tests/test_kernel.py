@@ -834,8 +834,15 @@ def test_packed_output(E, K, split, monkeypatch):
     assert (packed[30:] == (-1 << 16)).all()
 
 
-def test_strided_logits_and_allocating_path():
-    config = RouterConfig(32, 4, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2)
+@pytest.mark.parametrize("split", [0, 4], ids=["groups", "split-rows"])
+def test_strided_logits_and_allocating_path(split, monkeypatch):
+    import moegate.kernels.router as kr
+
+    if split:
+        monkeypatch.setattr(kr, "split_rows_override", split)
+        config = RouterConfig(32, 4, scoring="sigmoid", has_correction_bias=True)
+    else:
+        config = RouterConfig(32, 4, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2)
     base = tie_free_logits(37, 64)
     for logits in (base[:, ::2], tie_free_logits(32, 37).t()):  # column stride 2; a transposed view
         kw = extras(config, logits.shape[0])
