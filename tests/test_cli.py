@@ -473,3 +473,28 @@ def test_bench_table_advances_its_progress_bar_once_per_row(monkeypatch):
     assert len(rows) == len(ticks) == 6
     assert [(r["shape"], r["T"]) for r in rows][:2] == [("mixtral", 1), ("mixtral", 16)]
     assert bench.bench(["mixtral"], [1], set(), 1, None, set())[0]["moegate"] == 2.0
+
+
+def test_bench_sweep_times_only_launches_the_launcher_accepts(monkeypatch, capsys):
+    """The sweep's candidates for each path (split rows at large T, one row a thread, rows on warps) are
+    launch shapes that route_triton takes: no candidate is timed as a refused launch."""
+    import moegate.bench as bench
+    import moegate.kernels.router as kr
+
+    seen = []
+
+    def fake_time(fn, rep):
+        config, T = fn
+        g, gs = kr._tile_shape(config)
+        split = kr._split_threads(config, T)
+        seen.append((kr.launch_override, split))
+        kr._launch_shape(T, g * gs, not split and kr._use_thread_rows(config), split)  # raises if refused
+        return 1.0
+
+    monkeypatch.setattr(bench, "_providers", lambda config, dtype, T, sglang, want: {"moegate": (config, T)})
+    monkeypatch.setattr(bench, "_time", fake_time)
+    bench.sweep(["qwen3", "mixtral", "deepseek-v3-fp32"], [16, 65536], 1)
+    out = capsys.readouterr().out
+    assert "Error" not in out and out.count("sweep ") == 6
+    assert ((4, 1), 8) in seen and ((16, 4), 8) in seen  # Qwen3 at T=65536: 8 threads a row, 1-8 warps
+    assert ((32, 1), 0) in seen and ((1, 1), 0) in seen

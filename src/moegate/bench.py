@@ -268,8 +268,10 @@ def ab(shapes, tokens, rep, variants=None):
             print(f"ab {name:18} T={T:>6} " + " ".join(f"{k} {v:6.2f}" for k, v in times.items()), flush=True)
 
 
-def _candidates(width, thread_rows=False):
+def _candidates(width, thread_rows=False, split=0):
     """(rows per program, warps) worth timing for a row of ``width`` lanes (a few K lanes per program)."""
+    if split:  # rows on ``split`` threads each: 32 / split rows a warp
+        return [(32 * w // split, w) for w in (1, 2, 4, 8)]
     if thread_rows:  # rows a program: a multiple of 32 a warp
         return [(32, 1), (64, 1), (128, 1), (64, 2), (128, 2), (128, 4), (256, 4)]
     if width <= 128:
@@ -286,8 +288,9 @@ def sweep(shapes, tokens, rep):
     for name in shapes:
         config, dtype = SHAPES[name]
         g, gs = kr._tile_shape(config)
-        candidates = _candidates(g * gs, kr._use_thread_rows(config))
         for T in tokens:
+            split = kr._split_threads(config, T)
+            candidates = _candidates(g * gs, not split and kr._use_thread_rows(config), split)
             fns = _providers(config, dtype, T, None, set())
             times = {}
             for cand in candidates:
