@@ -641,30 +641,51 @@ def test_thread_rows_match_reference(name, config, tol, monkeypatch):
 def test_split_rows_match_reference(name, config, tol, monkeypatch):
     """Rows split over Q threads (SPLIT_ROWS), forced: every ungrouped knob, every layout, fp32 and bf16
     logits; 4 threads a row (16 or 13 experts: 4 columns a thread, the last thread's 13th-16th columns
-    padding) on one and on two warps, and 2 threads a row (8 columns a thread)."""
+    padding) on one warp, 8 threads a row on two warps, and 2 threads a row (8 columns a thread)."""
     import moegate.kernels.router as kr
 
-    for q, launch in ((4, None), (4, (16, 2)), (2, None)):
+    for q, launch in ((4, None), (8, (8, 2)), (2, None)):
         monkeypatch.setattr(kr, "split_rows_override", q)
         monkeypatch.setattr(kr, "launch_override", launch)
         _every_layout_padded(config, tol, (0, 1, 29))
 
 
+@needs_cuda
+@pytest.mark.parametrize("q", [None, 4, 8, 16], ids=["heuristic", "split-4", "split-8", "split-16"])
+def test_split_rows_at_large_T_match_reference(q, monkeypatch):
+    """Qwen3's rows where the launcher splits them (T >= 4096), as it launches them and forced to 4, 8 and 16
+    threads a row, against the reference: tie-free rows (the words decide them) and normal draws (some rows
+    close, their programs on the exact path), fp32 and bf16, the last rows padding. GPU only: the
+    interpreter would take hours at these T."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "split_rows_override", q)
+    config = RouterConfig(128, 8, renormalize=True)
+    g = torch.Generator().manual_seed(5)
+    for T, dtype in ((4096, torch.float32), (32768, torch.bfloat16), (65536, torch.float32)):
+        run_both(tie_free_logits(T, 128, dtype, seed=T), config, num_valid_tokens=T - 5)
+        drawn = (torch.randn(T, 128, generator=g) * 2.0).to(dtype).to(DEVICE)
+        run_both(drawn, config, near_ties=True, num_valid_tokens=T - 5)
+
+
 def test_split_rows_only_where_they_apply(monkeypatch):
     """Split rows only for ungrouped, unhashed rows; a forced thread count must hold the row in at most 32
     columns a thread, and a forced launch must hold whole rows. By default only where they were measured
-    faster: renormalized softmax selected on the logits, 65-128 experts, T >= 4096 (16 threads a row, 8
-    from T = 32768)."""
+    faster: renormalized softmax selected on the logits, 65-128 experts, T >= 4096 (16 threads a row; 8 from
+    T = 32768 once SPLIT_WIDE_TOKENS is set)."""
     import moegate.kernels.router as kr
 
     qwen3 = RouterConfig(128, 8, scoring="softmax", renormalize=True)
-    assert [kr._split_threads(qwen3, T) for T in (1, 1024, 4095, 4096, 32767, 32768, 65536)] == [0, 0, 0, 16, 16, 8, 8]
+    assert [kr._split_threads(qwen3, T) for T in (1, 1024, 4095, 4096, 32768, 65536)] == [0, 0, 0, 16, 16, 16]
+    monkeypatch.setattr(kr, "SPLIT_WIDE_TOKENS", 32768)
+    assert [kr._split_threads(qwen3, T) for T in (4096, 32767, 32768, 65536)] == [16, 16, 8, 8]
     for config in (RouterConfig(128, 8, scoring="sigmoid", renormalize=True), RouterConfig(256, 8, renormalize=True),
                    RouterConfig(64, 8, renormalize=True), RouterConfig(128, 8, renormalize=True, renorm_eps=1e-3),
                    RouterConfig(128, 8, renormalize=False), RouterConfig(8, 2, renormalize=True),
                    RouterConfig(128, 8, renormalize=True, n_group=8, topk_group=4)):
         assert kr._split_threads(config, 65536) == 0, config
     seen = _launch_kwargs(torch.randn(32768, 128), qwen3)
+    monkeypatch.setattr(kr, "SPLIT_WIDE_TOKENS", None)
     assert seen["SPLIT_ROWS"] == 8 and seen["LOGIT_KEYS"] and seen["BLOCK_M"] * 8 == 32 * seen["num_warps"]
     assert not seen["THREAD_ROWS"] and not seen["TRUNCATE_WORDS"] and not seen["TILE_WEIGHTS"]
     assert _launch_kwargs(torch.randn(1024, 128), qwen3)["SPLIT_ROWS"] == 0
