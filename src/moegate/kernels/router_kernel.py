@@ -15,7 +15,9 @@ group_fill="exclude") get ``hi`` = INT32_MIN, below every real key including -in
 order "allowed experts by key, then the rest" falls out of the same max. A winner is replaced by
 MARK + its round, so after the rounds every lane knows its output column. Rows of at most 8 experts
 without groups (THREAD_ROWS, _thread_rows) skip all of that: one row a thread, its columns a tuple of
-[BLOCK_M] vectors, each round's winner a tree of pairs inside the thread, no shuffle.
+[BLOCK_M] vectors, each round's winner a tree of pairs inside the thread, no shuffle. Wider rows without
+groups (SPLIT_ROWS, _split_rows; by default renormalized softmax of 65-128 experts from T = 4096) lie on Q
+threads each, their columns a tuple of [BLOCK_M, Q] tensors: a tree inside the thread, then log2 Q shuffles.
 
 Weights. For narrow rows at small T (TILE_WEIGHTS) the winning lanes store their own scores, already in
 registers: no second, dependent gather. Otherwise the K winners' logits are gathered again (L1/L2
