@@ -496,5 +496,6 @@ def test_bench_sweep_times_only_launches_the_launcher_accepts(monkeypatch, capsy
     bench.sweep(["qwen3", "mixtral", "deepseek-v3-fp32"], [16, 65536], 1)
     out = capsys.readouterr().out
     assert "Error" not in out and out.count("sweep ") == 6
-    assert ((4, 1), 8) in seen and ((16, 4), 8) in seen  # Qwen3 at T=65536: 8 threads a row, 1-8 warps
+    q = kr._split_threads(bench.SHAPES["qwen3"][0], 65536)
+    assert q > 0 and ((32 // q, 1), q) in seen and ((256 // q, 8), q) in seen  # Qwen3 at T=65536: 1-8 warps
     assert ((32, 1), 0) in seen and ((1, 1), 0) in seen
