@@ -120,6 +120,7 @@ class _Spec(NamedTuple):
     MAX_REPLICAS: int
     THREAD_ROWS: int
     SPLIT_ROWS: int
+    LOGIT_KEYS_OK: int
     num_valid: int  # -1: read from the device tensor
     home_rank: int
     layer: int
@@ -146,6 +147,16 @@ def _use_thread_rows(config: RouterConfig) -> bool:
     return eligible and config.num_scored <= THREAD_ROWS_MAX_LANES
 
 
+def _logit_keys_allowed(config: RouterConfig) -> bool:
+    """Whether renormalized softmax may select on the logits (the kernel's LOGIT_KEYS, where the launch shape
+    takes them): no score for the W - K unselected lanes, no row sum; the weights exp(x - m) / their sum.
+    Needs renorm_eps negligible against that sum (it is >= 1, and the reference's sum of scores is >= K / W),
+    no bias, no groups (a top2_sum of logits is not one of scores), no hash routing."""
+    return (config.scoring == "softmax" and config.selection == "scores" and not config.has_correction_bias
+            and config.routing != "hash" and config.n_group == 1 and config.renormalize and config.renorm_p == 1.0
+            and config.renorm_eps * triton.next_power_of_2(config.num_scored) <= 1e-8 * config.top_k)
+
+
 def _split_threads(config: RouterConfig, num_tokens: int) -> int:
     """Threads a row for split rows (the kernel's SPLIT_ROWS), 0 for none: rows without groups or hashing."""
     if config.n_group != 1 or config.routing == "hash":
@@ -156,10 +167,7 @@ def _split_threads(config: RouterConfig, num_tokens: int) -> int:
             raise ValueError(f"split_rows_override={q}: split rows take {SPLIT_THREADS} threads a row and at most "
                              f"{SPLIT_MAX_COLUMNS} of the row's {config.num_scored} columns a thread")
         return q
-    logit_keys = (config.scoring == "softmax" and config.selection == "scores" and not config.has_correction_bias
-                  and config.renormalize and config.renorm_p == 1.0
-                  and config.renorm_eps * triton.next_power_of_2(config.num_scored) <= 1e-8 * config.top_k)
-    if not logit_keys or not 64 < config.num_scored <= 128 or num_tokens < SPLIT_MIN_TOKENS:
+    if not _logit_keys_allowed(config) or not 64 < config.num_scored <= 128 or num_tokens < SPLIT_MIN_TOKENS:
         return 0
     return 8 if SPLIT_WIDE_TOKENS is not None and num_tokens >= SPLIT_WIDE_TOKENS else 16
 
@@ -265,13 +273,10 @@ def _launch(
     if approx_keys_override is not None:
         approx_keys = approx_keys_override and spec.SCORING == 1 and not spec.SELECT_LOGITS and not spec.HASH \
             and not tile_weights and spec.block_m == 1
-    # Renormalized softmax selected on the logits (LOGIT_KEYS): no score for the W - K unselected lanes, no
-    # row sum; the weights exp(x - m) / their sum. Needs renorm_eps negligible against that sum (it is >= 1,
-    # and the reference's sum of scores is >= K / W), and no groups (a top2_sum of logits is not one of scores).
-    logit_keys = bool(select_truncated and not spec.HASH and (spec.block_m == 1 or spec.THREAD_ROWS or spec.SPLIT_ROWS)
-                      and spec.N_GROUP == 1
-                      and spec.RENORMALIZE and spec.RENORM_P_ONE and not tile_weights
-                      and renorm_eps * block_g * block_gs <= 1e-8 * spec.K)
+    # Renormalized softmax selected on the logits (LOGIT_KEYS, see _logit_keys_allowed): with one row a
+    # program, one row a thread or split rows (their words and checks), and the gather's weights.
+    logit_keys = bool(spec.LOGIT_KEYS_OK and (spec.block_m == 1 or spec.THREAD_ROWS or spec.SPLIT_ROWS)
+                      and not tile_weights)
     if logit_keys_override is not None:
         logit_keys = logit_keys and logit_keys_override
     select_truncated = select_truncated and not logit_keys and not spec.THREAD_ROWS and not spec.SPLIT_ROWS
@@ -487,7 +492,7 @@ def route_triton(
         HASH=int(config.routing == "hash"), REPLICA_POLICY=rk.REPLICA_POLICIES[layout.replica_policy],
         SHARED_MODE=rk.SHARED_SLOTS[layout.shared_slots], NUM_SHARED=config.num_shared_experts,
         SLOTS_PER_RANK=P // layout.ep_size, NUM_PHYSICAL=P, MAX_REPLICAS=max_replicas,
-        THREAD_ROWS=int(thread_rows), SPLIT_ROWS=split,
+        THREAD_ROWS=int(thread_rows), SPLIT_ROWS=split, LOGIT_KEYS_OK=int(_logit_keys_allowed(config)),
         num_valid=-1 if num_valid is not None else (T if num_valid_tokens is None else int(num_valid_tokens)),
         home_rank=home_rank, layer=layer, block_m=block_m, num_warps=num_warps,
     )
