@@ -499,3 +499,25 @@ def test_bench_sweep_times_only_launches_the_launcher_accepts(monkeypatch, capsy
     q = kr._split_threads(bench.SHAPES["qwen3"][0], 65536)
     assert q > 0 and ((32 // q, 1), q) in seen and ((256 // q, 8), q) in seen  # Qwen3 at T=65536: 1-8 warps
     assert ((32, 1), 0) in seen and ((1, 1), 0) in seen
+
+
+def test_bench_verifies_what_it_timed(capsys):
+    """Each timed moegate launch is checked afterwards against the fp32 reference (its outputs as the last
+    replay left them): a right routing has no violations, a wrong one is counted, printed and summarised."""
+    import moegate.bench as bench
+    from moegate import RouterConfig, route
+
+    config = RouterConfig(64, 6, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    logits, bias = torch.randn(50, 64), torch.randn(64) * 0.1
+    ref = route(logits, config, bias=bias, backend="reference")
+    good = bench._Moegate(logits, config, bias, (ref.weights.clone(), ref.ids.clone()))
+    assert bench._verified(good, "good") == 0
+    bad_ids = ref.ids.clone()
+    bad_ids[3, 0] = bad_ids[3, 1]  # a repeated expert in row 3
+    bad = bench._Moegate(logits, config, bias, (ref.weights.clone(), bad_ids))
+    assert bench._verified(bad, "bad") > 0
+    assert "bad: " in capsys.readouterr().out
+    assert bench._verified(object(), "no verify") is None
+    rows = [{"shape": "x", "T": 4096, "moegate": 1.0, "floor": 1.0, "sglang": 2.0, "violations": 0},
+            {"shape": "x", "T": 8192, "moegate": 1.0, "floor": 1.0, "sglang": 2.0, "violations": 2}]
+    assert any("[('x', 8192, 2)]" in line for line in bench.summary(rows))

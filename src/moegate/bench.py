@@ -15,6 +15,10 @@ overhead are out of every number):
 - ``reference`` / ``compiled``: the torch reference, eager and under torch.compile (only at the token
   counts of ``--ref-tokens``: they are slow to compile and to run).
 
+Every timed moegate launch (table, --ab, --sweep) is checked afterwards: what its last graph replay wrote,
+on the first --verify-rows rows (4096), against the fp32 reference with ``check_routing``; a wrong routing
+is printed with its time and counted in the summary.
+
 Bytes: T * W * itemsize read + T * K * 8 written (fp32 weights + int32 ids); GB/s is that over the
 time. Inputs are standard-normal logits; at small T they sit in L2 for every provider alike.
 """
@@ -93,6 +97,47 @@ def _floor_launch(logits, weights, ids, K, pdl=True):
     )
 
 
+# Rows of each timed moegate launch checked against the fp32 reference afterwards (check_routing).
+VERIFY_ROWS = 4096
+
+
+class _Moegate:
+    """The timed call: ``route`` into fixed outputs. ``verify()`` checks what the last call (the last graph
+    replay) wrote, on the first VERIFY_ROWS rows, against the fp32 reference: the number of violations."""
+
+    def __init__(self, logits, config, bias, out):
+        self.logits, self.config, self.bias, self.out = logits, config, bias, out
+
+    def __call__(self):
+        return route(self.logits, self.config, bias=self.bias, out=self.out, backend="triton")
+
+    def verify(self, rows=None):
+        """Violations in the first ``rows`` (VERIFY_ROWS) rows; None when the check is off."""
+        from moegate.check import check_routing
+
+        n = min(VERIFY_ROWS if rows is None else rows, self.logits.shape[0])
+        if n <= 0:
+            return None
+        return len(check_routing(self.out[0][:n], self.out[1][:n], self.config, logits=self.logits[:n],
+                                 bias=self.bias))
+
+
+def _verified(fn, label):
+    """fn.verify(), printing a line when the timed launch routed wrongly; None where fn cannot verify."""
+    verify = getattr(fn, "verify", None)
+    if verify is None:
+        return None
+    try:
+        bad = verify()
+    except Exception as exc:  # the timing stands; say why it is unchecked
+        print(f"{label}: not verified: {type(exc).__name__}: {exc}")
+        return None
+    if bad:
+        print(f"{label}: {bad} routing violations in the first {VERIFY_ROWS} rows (check_routing against the "
+              "fp32 reference): this time is of a wrong routing")
+    return bad
+
+
 def _providers(config, dtype, T, sglang, want):
     """name -> zero-argument callable, all on the same inputs."""
     g = torch.Generator(device="cuda").manual_seed(T)
@@ -102,7 +147,7 @@ def _providers(config, dtype, T, sglang, want):
     out = (torch.empty(T, K, device="cuda"), torch.empty(T, K, dtype=torch.int32, device="cuda"))
     floor_out = (torch.empty(T, K, device="cuda"), torch.empty(T, K, dtype=torch.int32, device="cuda"))
     fns = {
-        "moegate": lambda: route(logits, config, bias=bias, out=out, backend="triton"),
+        "moegate": _Moegate(logits, config, bias, out),
         "floor": lambda: _floor_launch(logits, *floor_out, K),
         "floor0": lambda: _floor_launch(logits, *floor_out, K, pdl=False),
     }
@@ -158,6 +203,8 @@ def _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, advanc
                 except Exception as exc:  # a peer failing on a shape is a result to print, not a crash
                     print(f"{name} T={T} {prov}: {type(exc).__name__}: {exc}")
                     row[prov] = None
+            if row.get("moegate") is not None:
+                row["violations"] = _verified(fns["moegate"], f"{name} T={T} moegate")
             nbytes = T * config.num_scored * torch.finfo(dtype).bits // 8 + T * config.top_k * 8
             row["GB/s"] = nbytes / (row["moegate"] * 1e-6) / 1e9 if row.get("moegate") else None
             rows.append(row)
@@ -203,6 +250,11 @@ def summary(rows):
         f"worst moegate / floor at T >= 32768: {worst_large} (target <= 2: "
         f"{'met' if worst_large is None or worst_large[2] <= 2 else 'NOT met'})",
     ]
+    checked = [r for r in rows if r.get("violations") is not None]
+    if checked:
+        wrong = [(r["shape"], r["T"], r["violations"]) for r in checked if r["violations"]]
+        lines.append(f"routing of the timed launches against the fp32 reference (first {VERIFY_ROWS} rows, "
+                     f"{len(checked)} of {len(rows)} runs checked): {wrong if wrong else 'no violations'}")
     rows0 = [r for r in rows if r.get("floor0")]
     if rows0:
         ws = max(((r["shape"], r["T"], r["moegate"] - r["floor0"]) for r in rows0 if r["T"] <= 64),
@@ -252,12 +304,14 @@ def ab(shapes, tokens, rep, variants=None):
         for T in tokens:
             fns = _providers(config, dtype, T, None, set())
             times = {"heuristic": _time(fns["moegate"], rep)}
+            _verified(fns["moegate"], f"ab {name} T={T} heuristic")
             for label, overrides in chosen.items():
                 saved = {k: getattr(kr, k) for k in overrides}
                 for k, v in overrides.items():
                     setattr(kr, k, v)
                 try:
                     times[label] = _time(fns["moegate"], rep)
+                    _verified(fns["moegate"], f"ab {name} T={T} {label}")
                 except Exception as exc:
                     times[label] = float("nan")
                     print(f"ab {name} T={T} {label}: {type(exc).__name__}: {str(exc)[:100]}")
@@ -297,6 +351,7 @@ def sweep(shapes, tokens, rep):
                 kr.launch_override = cand
                 try:
                     times[cand] = _time(fns["moegate"], rep)
+                    _verified(fns["moegate"], f"sweep {name} T={T} {cand}")
                 except Exception as exc:
                     times[cand] = float("inf")
                     print(f"sweep {name} T={T} {cand}: {type(exc).__name__}: {str(exc)[:100]}")
@@ -308,6 +363,7 @@ def sweep(shapes, tokens, rep):
 
 
 def main(argv=None) -> int:
+    global VERIFY_ROWS
     p = argparse.ArgumentParser(prog="moegate bench", description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default=",".join(DEFAULT_SHAPES),
                    help="comma-separated names: " + ", ".join(SHAPES) + " (default: all but "
@@ -318,6 +374,8 @@ def main(argv=None) -> int:
     p.add_argument("--compiled-shapes", default=None,
                    help="shapes at which torch.compile of the reference is timed (default: all; compiling is slow)")
     p.add_argument("--rep", type=int, default=20, help="milliseconds of graph replay per measurement")
+    p.add_argument("--verify-rows", type=int, default=VERIFY_ROWS,
+                   help="rows of each timed moegate launch checked against the fp32 reference (0: none)")
     p.add_argument("--json", help="write the rows and the summary here")
     p.add_argument("--sweep", action="store_true", help="time launch shapes instead of providers")
     p.add_argument("--ab", default=None,
@@ -326,6 +384,7 @@ def main(argv=None) -> int:
     p.add_argument("--ab-variants", default=None,
                    help="comma-separated AB_VARIANTS to time with --ab (default: all): " + ", ".join(AB_VARIANTS))
     args = p.parse_args(argv)
+    VERIFY_ROWS = args.verify_rows
     if not torch.cuda.is_available():
         print("moegate bench needs a CUDA device; none is available")
         return 2
