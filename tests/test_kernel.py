@@ -14,10 +14,13 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from moegate import ExpertLayout, ExpertPlacement, RouterConfig, RoutingRecorder, route  # noqa: E402
+from moegate.kernels import router_kernel as rk  # noqa: E402
 from moegate.reference import route_reference, scores_and_keys  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -429,6 +432,87 @@ def test_fast_sigmoid_keys_near_tied_groups(monkeypatch):
     torch.testing.assert_close(fast.ids, exact.ids, rtol=0, atol=0)
 
 
+def _near_tie_sqrtsoftplus(E, seed):
+    """(logits, biases) for sqrt-softplus + bias: scores within the fast keys' error of each other in every
+    branch of _sqrtsoftplus_fast (the series below x = -3.4, lg2 above, x itself past 20), winners lifted
+    out of the series by large biases, and biases that cancel large scores (|key| << the score)."""
+    g = torch.Generator().manual_seed(seed)
+    order = torch.rand(8, E, generator=g).argsort(dim=1)
+    rows = []
+    for base in (-60.0, -12.0, -4.0, -3.4, -1.0, 0.5, 4.0, 19.999, 25.0):
+        b = torch.tensor(base, dtype=torch.float32).view(torch.int32)
+        rows.append((b + order[:2].to(torch.int32) * (1 + order[:2] % 5).to(torch.int32)).view(torch.float32))
+    rows.append(order.float() / 8 - E / 16)  # one spread, every branch
+    rows.append((order.float() / E - 0.5) * 200)  # |x| up to 100
+    logits = torch.cat(rows)
+    zero = torch.zeros(E)
+    tiny = torch.where(torch.arange(E) % 3 == 0, 1e-7, 0.0)  # keys shifted by about an ulp: cross-expert near-ties
+    # Low logits lifted: an expert with x = -12 and bias 3 beats one with x = 2 and bias 0.
+    lift = torch.where(torch.arange(E) % 2 == 0, 3.0, 0.0)
+    cancel = -torch.rand(E, generator=g) * 5  # keys near 0 from scores up to ~4.5
+    return logits, (zero, tiny, lift, cancel)
+
+
+@triton.jit
+def _ssp_keys_kernel(x_ptr, fast_ptr, exact_ptr, n, BLOCK: tl.constexpr, ACCURATE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(fast_ptr + offs, rk._sqrtsoftplus_fast(x, ACCURATE), mask=offs < n)
+    tl.store(exact_ptr + offs, rk._score(x, 0.0, 1.0, 2, ACCURATE), mask=offs < n)
+
+
+@pytest.mark.parametrize("E", [64, 256] if FULL else [64])
+def test_fast_sqrtsoftplus_keys_route_like_exact_keys(E, monkeypatch):
+    """DeepSeek-V4's scoring: one row a program selects on sqrt-softplus keys from MUFU approximations and
+    checks the margins; it must route exactly like the exact keys, on keys closer than the fast keys' error
+    in every branch of the approximation and under biases that lift low scores or cancel high ones."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    config = RouterConfig(E, 6, scoring="sqrtsoftplus", has_correction_bias=True)
+    logits, biases = _near_tie_sqrtsoftplus(E, seed=E)
+    logits = logits.to(DEVICE)
+    for bias in biases:
+        bias = bias.to(DEVICE)
+        monkeypatch.setattr(kr, "force_exact_override", False)
+        monkeypatch.setattr(kr, "approx_keys_override", True)
+        fast = route(logits, config, backend="triton", bias=bias)
+        monkeypatch.setattr(kr, "force_exact_override", True)
+        exact = route(logits, config, backend="triton", bias=bias)
+        torch.testing.assert_close(fast.ids, exact.ids, rtol=0, atol=0)
+        torch.testing.assert_close(fast.weights, exact.weights, rtol=0, atol=0)
+    monkeypatch.setattr(kr, "approx_keys_override", True)
+    for force in (False, True):
+        monkeypatch.setattr(kr, "force_exact_override", force)
+        run_both(tie_free_logits(37, E, seed=3), config, near_ties=True, **extras(config, 37))
+        run_both(tie_free_logits(37, E, seed=4) * 8 - 20, config, near_ties=True, **extras(config, 37))
+
+
+def test_fast_sqrtsoftplus_key_error_bound():
+    """_sqrtsoftplus_fast against the exact score on a dense sweep of x: within SSP_KEY_ERR_ABS + s *
+    SSP_KEY_ERR_REL, the bound its margin checks assume (on the GPU the MUFU approximations; under the
+    interpreter the same series, branches and constants on exact primitives)."""
+    n = (1 << 22) if FULL else (1 << 14)
+    x = torch.cat([
+        torch.linspace(-110.0, 40.0, n),  # every branch
+        torch.linspace(-4.0, -3.0, n // 4),  # around the series / lg2 switch (e = 2**-5 at x = -3.47)
+        torch.linspace(19.9, 20.1, n // 16),  # around the x > 20 switch
+    ]).to(DEVICE)
+    fast, exact = torch.empty_like(x), torch.empty_like(x)
+    _ssp_keys_kernel[(triton.cdiv(x.numel(), 1024),)](x, fast, exact, x.numel(), BLOCK=1024, ACCURATE=not INTERPRET)
+    # The exact score as the reference computes it, in float64, and the kernel's own exact score.
+    x64 = x.double()
+    true = torch.sqrt(torch.where(x64 > 20, x64, torch.log1p(torch.exp(x64.clamp(max=20)))))
+    bound = rk.SSP_KEY_ERR_ABS.value + exact.double() * rk.SSP_KEY_ERR_REL.value
+    err = (fast.double() - exact.double()).abs()
+    worst = (err / bound).max().item()
+    assert worst <= 1.0, f"fast key error reaches {worst:.2f}x the bound at x = {x[(err / bound).argmax()].item()}"
+    # (fp32 exp underflows below x = -87: there the scores are under 1e-19 and only absolutely close)
+    assert ((exact.double() - true).abs() <= 4e-7 * true + 1e-19).all(), "the exact score itself is off"
+    if FULL:  # the bound is not vacuous: the approximation's worst error is within a factor 16 of it
+        assert worst > 1 / 16, f"fast key error at most {worst:.3f}x the bound: constants far too loose"
+
+
 def _near_tie_softmax_rows(E, seed):
     """Softmax logits whose scores may round together: winners an ulp or a few apart, exact ties, -0.0
     next to +0.0, logits far below the row max, winners whose scores underflow, dead lanes (NaN, -inf)
@@ -673,20 +757,20 @@ def test_split_rows_only_where_they_apply(monkeypatch):
     """Split rows only for ungrouped, unhashed rows; a forced thread count must hold the row in at most 32
     columns a thread, and a forced launch must hold whole rows. By default only where they were measured
     faster: renormalized softmax selected on the logits, 65-128 experts, T >= 4096 (16 threads a row; 8 from
-    T = 32768 once SPLIT_WIDE_TOKENS is set)."""
+    T = SPLIT_WIDE_TOKENS, 32768)."""
     import moegate.kernels.router as kr
 
     qwen3 = RouterConfig(128, 8, scoring="softmax", renormalize=True)
-    assert [kr._split_threads(qwen3, T) for T in (1, 1024, 4095, 4096, 32768, 65536)] == [0, 0, 0, 16, 16, 16]
+    assert [kr._split_threads(qwen3, T) for T in (1, 1024, 4095, 4096, 32767, 32768, 65536)] == [0, 0, 0, 16, 16, 8, 8]
+    monkeypatch.setattr(kr, "SPLIT_WIDE_TOKENS", None)
+    assert [kr._split_threads(qwen3, T) for T in (4096, 32768, 65536)] == [16, 16, 16]
     monkeypatch.setattr(kr, "SPLIT_WIDE_TOKENS", 32768)
-    assert [kr._split_threads(qwen3, T) for T in (4096, 32767, 32768, 65536)] == [16, 16, 8, 8]
     for config in (RouterConfig(128, 8, scoring="sigmoid", renormalize=True), RouterConfig(256, 8, renormalize=True),
                    RouterConfig(64, 8, renormalize=True), RouterConfig(128, 8, renormalize=True, renorm_eps=1e-3),
                    RouterConfig(128, 8, renormalize=False), RouterConfig(8, 2, renormalize=True),
                    RouterConfig(128, 8, renormalize=True, n_group=8, topk_group=4)):
         assert kr._split_threads(config, 65536) == 0, config
     seen = _launch_kwargs(torch.randn(32768, 128), qwen3)
-    monkeypatch.setattr(kr, "SPLIT_WIDE_TOKENS", None)
     assert seen["SPLIT_ROWS"] == 8 and seen["LOGIT_KEYS"] and seen["BLOCK_M"] * 8 == 32 * seen["num_warps"]
     assert not seen["THREAD_ROWS"] and not seen["TRUNCATE_WORDS"] and not seen["TILE_WEIGHTS"]
     assert _launch_kwargs(torch.randn(1024, 128), qwen3)["SPLIT_ROWS"] == 0

@@ -32,7 +32,7 @@ launch_override: tuple[int, int] | None = None
 # None means the heuristic below. use_pdl_override likewise (None: PDL on sm_90+ up to PDL_MAX_TOKENS).
 tile_weights_override: bool | None = None
 use_pdl_override: bool | None = None
-# Forced by the tests: sigmoid selection keys from fast math with checked margins (True), exact keys
+# Forced by the tests: sigmoid or sqrt-softplus selection keys from fast math with checked margins (True), exact keys
 # (False), or the heuristic (None); force_exact sends every row down the exact 64-bit path.
 approx_keys_override: bool | None = None
 # H200 runs 6 and 9 (BENCHMARKS.md), fast vs exact keys: 896 experts faster (T=65536: 351 vs 409 us), every
@@ -45,6 +45,8 @@ APPROX_KEYS_MIN_LANES = 1024
 # T=16 9.32 vs 4.79, T=256 9.72 vs 5.16, T=4096 28.65 vs 27.89, T=65536 351 vs 408; T=8192 49.2 (run 10,
 # fast) vs 53.5 (run 12, exact).
 APPROX_KEYS_MIN_TOKENS = 8192
+# Sqrt-softplus keys (DeepSeek-V4) from ex2 / lg2 / sqrt approx with checked margins: not measured yet.
+APPROX_SSP_KEYS = False
 # Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
 # True) or never (False).
 logit_keys_override: bool | None = None
@@ -70,10 +72,9 @@ SPLIT_THREADS = (2, 4, 8, 16)  # a program of w warps takes 32 * w / Q rows: at 
 SPLIT_MAX_COLUMNS = 32  # columns a thread: _fold's tree takes up to 32
 SPLIT_MIN_TOKENS = 4096
 # Run 22 (revised split rows), 16 against 8 threads a row: T=4096 4.52 vs 5.64 us, T=8192 6.38 vs 6.88,
-# T=16384 8.08 vs 8.30, T=65536 22.45 vs 19.23 (run 21, T=32768: 13.34 vs 12.21). Run 23's table took 8 threads
-# from T = 32768, but the GPU test suite has not run 8 threads a row yet (2, 4 and 16 it has, run 22): until it
-# does, the launcher keeps 16 (SPLIT_WIDE_TOKENS None; 32768 once 8 threads pass on the GPU).
-SPLIT_WIDE_TOKENS: int | None = None  # from here 8 threads a row, below 16
+# T=16384 8.08 vs 8.30, T=65536 22.45 vs 19.23 (run 21, T=32768: 13.34 vs 12.21). Run 24's GPU suite passed 8
+# threads a row at T = 4096, 32768 and 65536 (test_split_rows_at_large_T_match_reference).
+SPLIT_WIDE_TOKENS: int | None = 32768  # from here 8 threads a row, below 16
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
@@ -267,12 +268,15 @@ def _launch(
     # Fast sigmoid keys where the exact ones only select: one row a program (the margin checks run on the
     # flat round words), not for weights from the tile. bf16 / fp16 logits without a bias tie often
     # (equal logits, equal keys), and every tie fails the margin check: those keep the exact keys.
-    approx_keys = (spec.SCORING == 1 and not spec.SELECT_LOGITS and not spec.HASH and not tile_weights
-                   and spec.block_m == 1 and (bias is not None or logits.dtype == torch.float32)
-                   and block_g * block_gs >= APPROX_KEYS_MIN_LANES and (T == 1 or T >= APPROX_KEYS_MIN_TOKENS))
+    approx_able = spec.SCORING in (1, 2) and not spec.SELECT_LOGITS and not spec.HASH and not tile_weights \
+        and spec.block_m == 1
+    if spec.SCORING == 1:
+        approx_keys = (approx_able and (bias is not None or logits.dtype == torch.float32)
+                       and block_g * block_gs >= APPROX_KEYS_MIN_LANES and (T == 1 or T >= APPROX_KEYS_MIN_TOKENS))
+    else:
+        approx_keys = approx_able and APPROX_SSP_KEYS and (bias is not None or logits.dtype == torch.float32)
     if approx_keys_override is not None:
-        approx_keys = approx_keys_override and spec.SCORING == 1 and not spec.SELECT_LOGITS and not spec.HASH \
-            and not tile_weights and spec.block_m == 1
+        approx_keys = approx_keys_override and approx_able
     # Renormalized softmax selected on the logits (LOGIT_KEYS, see _logit_keys_allowed): with one row a
     # program, one row a thread or split rows (their words and checks), and the gather's weights.
     logit_keys = bool(spec.LOGIT_KEYS_OK and (spec.block_m == 1 or spec.THREAD_ROWS or spec.SPLIT_ROWS)

@@ -180,12 +180,55 @@ def _sigmoid_fast(x, ACCURATE: tl.constexpr):
     return key
 
 
+# Approximate sqrt-softplus keys differ from the exact ones by at most SSP_KEY_ERR_ABS + s * SSP_KEY_ERR_REL,
+# s the score (s <= |key| + max |bias|). Error budget of _sqrtsoftplus_fast, e = ex2.approx(x log2 e):
+# e errs by |x| 2**-24 relative (the product's rounding) + 2**-22.5; softplus = ln(1 + e) then errs by
+# that times e / (1 + e) (<= 1.2e-6 absolute for x <= 20, <= |x| 6e-8 relative below 0). The lg2 branch
+# (e >= 2**-5, softplus >= 0.0308): lg2.approx errs by 2**-22 absolute on [0.5, 2] and 2 ulp beyond,
+# 1 + e rounds (2**-24), the product by ln 2 rounds: |d softplus| <= 3.2e-7 + 3e-7 softplus. The series
+# branch (e < 2**-5): e - e**2 / 2 + e**3 / 3 - e**4 / 4 drops e**5 / 5 < 1.9e-7 e, and four FMAs round:
+# relative 5e-7 + |x| 6e-8, on scores s = sqrt(softplus) < 0.18 whose |x| s < 0.74. The square root
+# (sqrt.approx, 2**-22 relative here) halves the relative error and divides the absolute one by 2 s
+# (s >= 0.175 on the lg2 branch): |ds| <= 0.92e-6 + 4e-7 s. The constants carry about a factor 4 over that.
+SSP_KEY_ERR_ABS = tl.constexpr(4e-6)
+SSP_KEY_ERR_REL = tl.constexpr(1.6e-6)
+
+
 @triton.jit
-def _separated(hi_key, lo_key, SUMMANDS: tl.constexpr):
-    """1 where hi_key beats lo_key whatever the approximate keys' errors (SUMMANDS keys in each); 0 also
-    for NaN (-inf - -inf)."""
+def _sqrtsoftplus_fast(x, ACCURATE: tl.constexpr):
+    """Selection keys only (never weights): sqrt(softplus(x)) within SSP_KEY_ERR_ABS + s * SSP_KEY_ERR_REL
+    from three MUFU ops (ex2, lg2, sqrt approx) and a four-term series where ln(1 + e) would cancel, in place
+    of libdevice's exp, log1p and the IEEE square root (~85 SASS instructions an element, DeepSeek-V4)."""
+    t = tl.minimum(x, 20.0) * 1.4426950408889634
+    if ACCURATE:
+        e = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [t], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+        lg = tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=f,f", [1.0 + e], dtype=tl.float32,
+                                       is_pure=True, pack=1)
+    else:  # the interpreter has no PTX
+        e = tl.exp2(t)
+        lg = tl.log2(1.0 + e)
+    series = e * (1.0 + e * (-0.5 + e * (0.3333333432674408 + e * -0.25)))
+    softplus = tl.where(e < 0.03125, series, lg * 0.6931471805599453)
+    softplus = tl.where(x > 20.0, x, softplus)
+    if ACCURATE:
+        key = tl.inline_asm_elementwise("sqrt.approx.ftz.f32 $0, $1;", "=f,f", [softplus], dtype=tl.float32,
+                                        is_pure=True, pack=1)
+    else:
+        key = tl.sqrt(softplus)
+    return key
+
+
+@triton.jit
+def _separated(hi_key, lo_key, SUMMANDS: tl.constexpr, SCORING: tl.constexpr, bias_mag):
+    """1 where hi_key beats lo_key whatever the approximate keys' errors (SUMMANDS keys in each; bias_mag:
+    the largest |bias| of the row, which bounds a sqrt-softplus score by its key); 0 also for NaN (-inf -
+    -inf)."""
     mag = tl.maximum(tl.abs(hi_key), tl.abs(lo_key))
-    tol = 2.0 * SUMMANDS * (KEY_ERR_ABS + mag * KEY_ERR_REL)
+    if SCORING == 2:
+        tol = 2.0 * SUMMANDS * (SSP_KEY_ERR_ABS + (mag + bias_mag) * SSP_KEY_ERR_REL)
+    else:
+        tol = 2.0 * SUMMANDS * (KEY_ERR_ABS + mag * KEY_ERR_REL)
     return (hi_key - lo_key > tol).to(tl.int32)
 
 
@@ -195,6 +238,8 @@ def _key_bits(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_L
     """Step 3: (key, unbiased score, order-preserving key bits with padding lanes at INT32_MIN)."""
     if SELECT_LOGITS:
         key = x
+    elif FAST and SCORING == 2:
+        key = _sqrtsoftplus_fast(x, ACCURATE)
     elif FAST:
         key = _sigmoid_fast(x, ACCURATE)
     else:
@@ -684,7 +729,7 @@ def _route_kernel(
     BLOCK_KC: tl.constexpr,  # >= K + C, power of 2
     DIST_SHIFT: tl.constexpr,  # distance words drop this many low ulp bits (wide tiles); K + 1 rounds then
     TILE_WEIGHTS: tl.constexpr,  # weights from the tile's scores, stored by the winning lanes
-    APPROX_KEYS: tl.constexpr,  # sigmoid selection keys from fast math, margins checked (one row a program)
+    APPROX_KEYS: tl.constexpr,  # sigmoid / sqrt-softplus keys from fast math, margins checked (one row a program)
     LOGIT_KEYS: tl.constexpr,  # renormalized softmax selected on the logits, margins checked (one row a program)
     THREAD_ROWS: tl.constexpr,  # narrow rows without groups, one a thread (_thread_rows)
     SPLIT_ROWS: tl.constexpr,  # 0, or rows without groups on this many threads each (_split_rows)
@@ -768,16 +813,20 @@ def _route_kernel(
             K, SPLIT_ROWS, BLOCK_M, BLOCK_KC, BLOCK_W, LANE_BITS, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP,
             HAS_BIAS, LOGIT_KEYS, FORCE_EXACT, ACCURATE)
     else:
+        bias_mag = 0.0
         if HAS_BIAS:
             b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
+            if APPROX_KEYS and (SCORING == 2):
+                bias_mag = tl.max(tl.max(tl.abs(b), axis=1), axis=0)  # bounds a score by its key
         else:
             b = 0.0
         if TILE_WEIGHTS and HAS_EXPERT_SCALE:
             scale_lane = tl.load(expert_scale_ptr + col2.to(tl.int64) * expert_scale_stride, mask=ok2,
                                  other=1.0).to(tl.float32)
         # Keys, then step 4 on their order-preserving bits. APPROX_KEYS: sigmoid keys from ex2.approx and an
-        # approximate division (within KEY_ERR of the exact ones); the selection checks its margins and
-        # rows it cannot decide redo steps 2-5 with the exact scores below.
+        # approximate division (within KEY_ERR of the exact ones), sqrt-softplus keys from ex2, lg2 and sqrt
+        # approx (within SSP_KEY_ERR); the selection checks its margins and rows it cannot decide redo
+        # steps 2-5 with the exact scores below.
         # LOGIT_KEYS: softmax is monotone in the logit, so the logits order the scores; ties stay ties (equal
         # logits, equal scores) and near-ties, where rounding could make two scores equal, are checked below.
         key, s_lane, hi = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
@@ -830,7 +879,7 @@ def _route_kernel(
                 # error on both sides; a clamped distance (d = 0) says nothing.
                 k_lo = _key_of32(base + (d << DIST_SHIFT))
                 k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
-                amb = amb | (cur & ((d == 0) | (has_next & (_separated(k_lo, k_next, 1) == 0))))
+                amb = amb | (cur & ((d == 0) | (has_next & (_separated(k_lo, k_next, 1, SCORING, bias_mag) == 0))))
             elif LOGIT_KEYS:
                 # The winners' logits from their words: exact at DIST_SHIFT 0 (equal words, equal logits), else
                 # the winner's lowest and the next word's highest (never equal then); a clamped d says nothing.
@@ -845,7 +894,7 @@ def _route_kernel(
                 amb = amb | ((f_col == K - 1) & (d == 0))  # the K-th winner's distance clamped to 0
             ambiguous = tl.max(amb.to(tl.int32), axis=0) > 0
             if APPROX_KEYS and N_GROUP > 1:
-                g_sep = _separated(tl.sum(kept_min, axis=0), tl.sum(dropped_max, axis=0), 2)
+                g_sep = _separated(tl.sum(kept_min, axis=0), tl.sum(dropped_max, axis=0), 2, SCORING, bias_mag)
                 ambiguous = ambiguous | (g_sep == 0)
             if FORCE_EXACT:
                 ambiguous = ambiguous | (hi_max == hi_max)
