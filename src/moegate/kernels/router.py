@@ -45,8 +45,12 @@ APPROX_KEYS_MIN_LANES = 1024
 # T=16 9.32 vs 4.79, T=256 9.72 vs 5.16, T=4096 28.65 vs 27.89, T=65536 351 vs 408; T=8192 49.2 (run 10,
 # fast) vs 53.5 (run 12, exact).
 APPROX_KEYS_MIN_TOKENS = 8192
-# Sqrt-softplus keys (DeepSeek-V4) from ex2 / lg2 / sqrt approx with checked margins: not measured yet.
-APPROX_SSP_KEYS = False
+# Sqrt-softplus keys (DeepSeek-V4: 256 experts, top-6, + bias) from ex2 / lg2 / sqrt approx with checked
+# margins, H200 run 25 (BENCHMARKS.md), fast vs exact keys: T=65536 54.0 vs 62.1 us, T=32768 28.1 vs 32.2, T=1
+# 2.43 vs 2.64; slower where a launch is about one wave and waits for its rows on the exact path (about one
+# row in 600 on the benchmark's draws): T=1024 4.17 vs 3.07, T=4096 6.52 vs 5.77, T=8192 9.87 vs 9.61.
+APPROX_SSP_KEYS = True
+APPROX_SSP_MIN_TOKENS = 16384
 # Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
 # True) or never (False).
 logit_keys_override: bool | None = None
@@ -274,7 +278,8 @@ def _launch(
         approx_keys = (approx_able and (bias is not None or logits.dtype == torch.float32)
                        and block_g * block_gs >= APPROX_KEYS_MIN_LANES and (T == 1 or T >= APPROX_KEYS_MIN_TOKENS))
     else:
-        approx_keys = approx_able and APPROX_SSP_KEYS and (bias is not None or logits.dtype == torch.float32)
+        approx_keys = (approx_able and APPROX_SSP_KEYS and (bias is not None or logits.dtype == torch.float32)
+                       and (T == 1 or T >= APPROX_SSP_MIN_TOKENS))
     if approx_keys_override is not None:
         approx_keys = approx_keys_override and approx_able
     # Renormalized softmax selected on the logits (LOGIT_KEYS, see _logit_keys_allowed): with one row a

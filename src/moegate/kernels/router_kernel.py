@@ -186,10 +186,11 @@ def _sigmoid_fast(x, ACCURATE: tl.constexpr):
 # that times e / (1 + e) (<= 1.2e-6 absolute for x <= 20, <= |x| 6e-8 relative below 0). The lg2 branch
 # (e >= 2**-5, softplus >= 0.0308): lg2.approx errs by 2**-22 absolute on [0.5, 2] and 2 ulp beyond,
 # 1 + e rounds (2**-24), the product by ln 2 rounds: |d softplus| <= 3.2e-7 + 3e-7 softplus. The series
-# branch (e < 2**-5): e - e**2 / 2 + e**3 / 3 - e**4 / 4 drops e**5 / 5 < 1.9e-7 e, and four FMAs round:
-# relative 5e-7 + |x| 6e-8, on scores s = sqrt(softplus) < 0.18 whose |x| s < 0.74. The square root
-# (sqrt.approx, 2**-22 relative here) halves the relative error and divides the absolute one by 2 s
-# (s >= 0.175 on the lg2 branch): |ds| <= 0.92e-6 + 4e-7 s. The constants carry about a factor 4 over that.
+# branch (e < 2**-5): e - e**2 / 2 + e**3 / 3 drops e**4 / 4 < 7.7e-6 e, and three FMAs round: relative
+# 8e-6 + |x| 6e-8, on scores s = sqrt(softplus) < 0.18 whose |x| s < 0.74, so below 7.5e-7 absolute once
+# halved by the square root. The square root (sqrt.approx, 2**-22 relative here) halves the relative error
+# and divides the absolute one by 2 s (s >= 0.175 on the lg2 branch): |ds| <= 0.92e-6 + 4e-7 s. The
+# constants carry about a factor 4 over that.
 SSP_KEY_ERR_ABS = tl.constexpr(4e-6)
 SSP_KEY_ERR_REL = tl.constexpr(1.6e-6)
 
@@ -197,7 +198,7 @@ SSP_KEY_ERR_REL = tl.constexpr(1.6e-6)
 @triton.jit
 def _sqrtsoftplus_fast(x, ACCURATE: tl.constexpr):
     """Selection keys only (never weights): sqrt(softplus(x)) within SSP_KEY_ERR_ABS + s * SSP_KEY_ERR_REL
-    from three MUFU ops (ex2, lg2, sqrt approx) and a four-term series where ln(1 + e) would cancel, in place
+    from three MUFU ops (ex2, lg2, sqrt approx) and a three-term series where ln(1 + e) would cancel, in place
     of libdevice's exp, log1p and the IEEE square root (~85 SASS instructions an element, DeepSeek-V4)."""
     t = tl.minimum(x, 20.0) * 1.4426950408889634
     if ACCURATE:
@@ -208,9 +209,11 @@ def _sqrtsoftplus_fast(x, ACCURATE: tl.constexpr):
     else:  # the interpreter has no PTX
         e = tl.exp2(t)
         lg = tl.log2(1.0 + e)
-    series = e * (1.0 + e * (-0.5 + e * (0.3333333432674408 + e * -0.25)))
+    series = e * (1.0 + e * (-0.5 + e * 0.3333333432674408))
     softplus = tl.where(e < 0.03125, series, lg * 0.6931471805599453)
-    softplus = tl.where(x > 20.0, x, softplus)
+    # softplus(x) > x: the max is x past 20 (the reference's cut: ln(1 + e) of the clamped x is 20 there) and
+    # otherwise the approximation or, where that errs below x, a value closer to the true one.
+    softplus = tl.maximum(softplus, x)
     if ACCURATE:
         key = tl.inline_asm_elementwise("sqrt.approx.ftz.f32 $0, $1;", "=f,f", [softplus], dtype=tl.float32,
                                         is_pure=True, pack=1)
