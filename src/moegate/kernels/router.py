@@ -47,8 +47,8 @@ APPROX_KEYS_MIN_LANES = 1024
 APPROX_KEYS_MIN_TOKENS = 8192
 # Sqrt-softplus keys (DeepSeek-V4: 256 experts, top-6, + bias) from ex2 / lg2 / sqrt approx with checked
 # margins, H200 run 25 (BENCHMARKS.md), fast vs exact keys: T=65536 54.0 vs 62.1 us, T=32768 28.1 vs 32.2, T=1
-# 2.43 vs 2.64; slower where a launch is about one wave and waits for its rows on the exact path (about one
-# row in 600 on the benchmark's draws): T=1024 4.17 vs 3.07, T=4096 6.52 vs 5.77, T=8192 9.87 vs 9.61.
+# 2.43 vs 2.64; slower where a launch is about one wave and waits for its rows on the exact path: T=1024 4.17
+# vs 3.07, T=4096 6.52 vs 5.77, T=8192 9.87 vs 9.61 (run 26: 9.44 vs 9.88; T=16384 14.89 vs 17.62).
 APPROX_SSP_KEYS = True
 APPROX_SSP_MIN_TOKENS = 16384
 # Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
