@@ -193,12 +193,13 @@ def main(argv=None) -> int:
         split = kr._split_threads(config, a.tokens)
         block_m, num_warps = kr._launch_shape(a.tokens, kr._tile_shape(config)[0] * kr._tile_shape(config)[1],
                                                not split and kr._use_thread_rows(config), split)
-        saved = kr.launch_override
-        kr.launch_override = (block_m, num_warps)
+        # The compile launch has 64 rows: force the launch shape and the thread count that a.tokens gets.
+        saved = kr.launch_override, kr.split_rows_override
+        kr.launch_override, kr.split_rows_override = (block_m, num_warps), split
         try:
             compiled = compile_launch(logits, config, layout, bias=bias, use_pdl=a.tokens <= kr.PDL_MAX_TOKENS)
         finally:
-            kr.launch_override = saved
+            kr.launch_override, kr.split_rows_override = saved
         counts = sass_counts(compiled)
         total = sum(counts.values())
         spills = sum(counts[k] for k in ("STL", "LDL"))
