@@ -187,13 +187,14 @@ def main(argv=None) -> int:
         setattr(kr, name, eval(value))  # a developer tool: values are Python literals
     for name in a.shapes:
         config, dtype = SHAPES[name]
-        logits = torch.randn(64, config.num_scored).to(dtype)
+        # Rows of the counted T (values do not matter, nothing runs): the launcher's T-dependent choices (split
+        # rows, fast keys, PDL, launch shape) are those of a real launch.
+        logits = torch.zeros(a.tokens, config.num_scored, dtype=dtype)
         bias = torch.randn(config.num_scored) * 0.1 if config.has_correction_bias else None
         layout = ExpertLayout()
         split = kr._split_threads(config, a.tokens)
         block_m, num_warps = kr._launch_shape(a.tokens, kr._tile_shape(config)[0] * kr._tile_shape(config)[1],
                                                not split and kr._use_thread_rows(config), split)
-        # The compile launch has 64 rows: force the launch shape and the thread count that a.tokens gets.
         saved = kr.launch_override, kr.split_rows_override
         kr.launch_override, kr.split_rows_override = (block_m, num_warps), split
         try:
