@@ -125,14 +125,16 @@ def _opcode(text: str) -> str:
 
 def fast_path(compiled):
     """The instructions one row executes on the fast path: the kernel body up to its EXIT, without the
-    block that the `if ambiguous:` branch skips (the exact-path fallback) and without the IEEE divisions'
-    slow paths (short skipped blocks that CALL a subroutine). [(file, line, text)]."""
+    blocks that the `if ambiguous:` branch (the exact-path fallback) and the repair of close fast-key winners
+    skip, and without the IEEE divisions' slow paths (short skipped blocks that CALL a subroutine).
+    [(file, line, text)]."""
     seq, labels = _disassemble(compiled)
     end = next((i for i, x in enumerate(seq) if x[2].startswith("EXIT")), len(seq))
     src = open(rk.__file__).read().splitlines()
-    amb_line = next(i + 1 for i, ln in enumerate(src) if ln.strip() == "if ambiguous:")
+    guards = {i + 1 for i, ln in enumerate(src)
+              if ln.strip() == "if ambiguous:" or ln.strip().startswith("if (tl.max(close_any")}
     kernel_file = os.path.basename(rk.__file__)
-    drop, exact, largest = set(), None, (0, 0)
+    drop, guarded, largest = set(), {}, (0, 0)
     for i, (fname, line, text) in enumerate(seq[:end]):
         m = re.match(r"@!?U?P\w+\s+BRA\s+(?:!?U?P\w+,\s*)?`?\(?([.\w]+)", text)
         if not m or labels.get(m.group(1), -1) <= i:
@@ -140,12 +142,14 @@ def fast_path(compiled):
         j = min(labels[m.group(1)], end)
         if j - i > largest[1] - largest[0]:
             largest = (i + 1, j)
-        if fname == kernel_file and line == amb_line and exact is None:
-            exact = (i + 1, j)
+        if fname == kernel_file and line in guards:
+            if j - i > guarded.get(line, (0, 0))[1] - guarded.get(line, (0, 0))[0]:
+                guarded[line] = (i + 1, j)  # the guard's largest skipped block
         elif j - i < 12 and any(seq[k][2].startswith("CALL") for k in range(i, j)):
             drop.update(range(i + 1, j))
-    # The one-row path's fallback sits under `if ambiguous:`; elsewhere it is the largest skipped block.
-    drop.update(range(*(exact or largest)))
+    # The one-row path's fallbacks sit under the guards; elsewhere the fallback is the largest skipped block.
+    for span in guarded.values() or [largest]:
+        drop.update(range(*span))
     return [x for i, x in enumerate(seq[: end + 1]) if i not in drop]
 
 

@@ -373,12 +373,15 @@ def _near_tie_sigmoid_rows(T, E, seed):
     RouterConfig(64 if not FULL else 256, 6, scoring="sigmoid", n_group=4, topk_group=2, group_fill="zero"),
     RouterConfig(300 if not FULL else 896, 8, scoring="sigmoid", has_correction_bias=True),
 ], ids=["bias", "groups-exclude", "groups-zero", "wide"])
-def test_fast_sigmoid_keys_route_like_exact_keys(config, monkeypatch):
+@pytest.mark.parametrize("repair", [True, False], ids=["repair", "redo"])
+def test_fast_sigmoid_keys_route_like_exact_keys(config, repair, monkeypatch):
     """One row a program selects on sigmoid keys from fast math and checks the margins between winners
     and groups: it must route exactly like the exact keys (every row forced down the exact path), also on
-    keys closer than the fast keys' error; and both like the reference."""
+    keys closer than the fast keys' error; and both like the reference. Close rows are repaired (the K + 2
+    best reordered on exact keys; rows without groups) or redone whole."""
     import moegate.kernels.router as kr
 
+    monkeypatch.setattr(kr, "approx_repair_override", repair)
     E = config.num_experts
     # One row a program (1024-lane tiles on four warps, as the heuristic launches them).
     monkeypatch.setattr(kr, "launch_override", (1, 1 if E <= 512 else 4))
@@ -462,12 +465,15 @@ def _ssp_keys_kernel(x_ptr, fast_ptr, exact_ptr, n, BLOCK: tl.constexpr, ACCURAT
 
 
 @pytest.mark.parametrize("E", [64, 256] if FULL else [64])
-def test_fast_sqrtsoftplus_keys_route_like_exact_keys(E, monkeypatch):
+@pytest.mark.parametrize("repair", [True, False], ids=["repair", "redo"])
+def test_fast_sqrtsoftplus_keys_route_like_exact_keys(E, repair, monkeypatch):
     """DeepSeek-V4's scoring: one row a program selects on sqrt-softplus keys from MUFU approximations and
     checks the margins; it must route exactly like the exact keys, on keys closer than the fast keys' error
-    in every branch of the approximation and under biases that lift low scores or cancel high ones."""
+    in every branch of the approximation and under biases that lift low scores or cancel high ones; close
+    rows repaired or redone whole."""
     import moegate.kernels.router as kr
 
+    monkeypatch.setattr(kr, "approx_repair_override", repair)
     monkeypatch.setattr(kr, "launch_override", (1, 1))
     config = RouterConfig(E, 6, scoring="sqrtsoftplus", has_correction_bias=True)
     logits, biases = _near_tie_sqrtsoftplus(E, seed=E)
@@ -489,16 +495,19 @@ def test_fast_sqrtsoftplus_keys_route_like_exact_keys(E, monkeypatch):
 
 
 @needs_cuda
-def test_fast_sqrtsoftplus_keys_at_large_T_match_reference():
-    """DeepSeek-V4 rows where the launcher takes the fast keys (T >= 16384), against the reference: tie-free
-    rows, normal draws with a bias (some rows within the margin: their programs on the exact path), fp32 and
-    bf16, the last rows padding. GPU only: the interpreter would take hours at these T."""
-    config = RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True, routed_scaling_factor=1.5)
+@pytest.mark.parametrize("E,K,scoring", [(256, 6, "sqrtsoftplus"), (896, 16, "sigmoid")], ids=["dsv4", "896-top16"])
+def test_fast_keys_at_large_T_match_reference(E, K, scoring):
+    """Rows where the launcher takes the fast keys, as it launches them (with the repair of close rows below
+    T = 16384, without above), against the reference: tie-free rows, normal draws with a bias (some rows
+    within the margin: repaired or redone), fp32 and bf16, the last rows padding. GPU only: the interpreter
+    would take hours at these T."""
+    config = RouterConfig(E, K, scoring=scoring, has_correction_bias=True, routed_scaling_factor=1.5)
     g = torch.Generator().manual_seed(6)
-    bias = (torch.randn(256, generator=g) * 0.1).to(DEVICE)
-    for T, dtype in ((16384, torch.float32), (32768, torch.bfloat16), (65536, torch.float32)):
-        run_both(tie_free_logits(T, 256, dtype, seed=T), config, bias=bias, num_valid_tokens=T - 5)
-        drawn = torch.randn(T, 256, generator=g).to(dtype).to(DEVICE)
+    bias = (torch.randn(E, generator=g) * 0.1).to(DEVICE)
+    for T, dtype in ((1024, torch.float32), (4096, torch.bfloat16), (16384, torch.float32),
+                     (32768, torch.bfloat16), (65536, torch.float32)):
+        run_both(tie_free_logits(T, E, dtype, seed=T), config, bias=bias, num_valid_tokens=T - 5)
+        drawn = torch.randn(T, E, generator=g).to(dtype).to(DEVICE)
         run_both(drawn, config, near_ties=True, bias=bias, num_valid_tokens=T - 5)
 
 
@@ -645,25 +654,42 @@ def _launch_kwargs(x, config, **kw):
     return seen
 
 
-@pytest.mark.parametrize("T,want", [(1, True), (16, False), (4096, False), (8192, True)])
-def test_fast_sigmoid_keys_only_for_wide_rows_at_one_row_or_large_T(T, want):
-    """Fast keys where they paid off on the H200: 1024-lane tiles, one row or T >= 8192; never narrower."""
+@pytest.mark.parametrize("T", [1, 16, 4096, 8192, 16384])
+def test_fast_sigmoid_keys_only_for_wide_rows(T, monkeypatch):
+    """Fast sigmoid keys for 1024-lane tiles (never narrower): at every T without groups (close rows repaired
+    below T = 16384), with groups only at one row or T >= 8192 (no repair there)."""
+    import moegate.kernels.router as kr
+
     config = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
-    x = torch.empty(T, 896)
-    assert _launch_kwargs(x, config, bias=torch.zeros(896))["APPROX_KEYS"] is want
-    narrow = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    seen = _launch_kwargs(torch.empty(T, 896), config, bias=torch.zeros(896))
+    assert seen["APPROX_KEYS"] is True and seen["APPROX_REPAIR"] is (T < 16384)
+    assert seen["BLOCK_KC"] >= 16 + 2
+    grouped = RouterConfig(1024, 16, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    seen = _launch_kwargs(torch.empty(T, 1024), grouped, bias=torch.zeros(1024))
+    assert seen["APPROX_KEYS"] is (T == 1 or T >= 8192) and seen["APPROX_REPAIR"] is False
+    narrow = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True)
     assert _launch_kwargs(torch.empty(T, 256), narrow, bias=torch.zeros(256))["APPROX_KEYS"] is False
+    monkeypatch.setattr(kr, "APPROX_REPAIR_KEYS", False)  # without the repair: one row or T >= 8192
+    seen = _launch_kwargs(torch.empty(T, 896), config, bias=torch.zeros(896))
+    assert seen["APPROX_KEYS"] is (T == 1 or T >= 8192)
 
 
-@pytest.mark.parametrize("T,want", [(1, True), (16, False), (8192, False), (16384, True), (65536, True)])
-def test_fast_sqrtsoftplus_keys_at_one_row_or_large_T(T, want):
-    """DeepSeek-V4's fast keys where they paid off on the H200: one row, or T >= 16384 (a launch of about one
-    wave waits for its rows on the exact path); not for bf16 logits without a bias (they tie often)."""
+@pytest.mark.parametrize("T", [1, 16, 8192, 16384, 65536])
+def test_fast_sqrtsoftplus_keys_by_default(T, monkeypatch):
+    """DeepSeek-V4's fast keys at every T, close rows repaired below T = 16384; not for bf16 logits without a
+    bias (they tie often), nor hash routing; without the repair only at one row or T >= 16384."""
+    import moegate.kernels.router as kr
+
     config = RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)
-    assert _launch_kwargs(torch.empty(T, 256), config, bias=torch.zeros(256))["APPROX_KEYS"] is want
+    seen = _launch_kwargs(torch.empty(T, 256), config, bias=torch.zeros(256))
+    assert seen["APPROX_KEYS"] is True and seen["APPROX_REPAIR"] is (T < 16384) and seen["BLOCK_KC"] == 8
     plain = RouterConfig(256, 6, scoring="sqrtsoftplus")
     assert _launch_kwargs(torch.empty(T, 256, dtype=torch.bfloat16), plain)["APPROX_KEYS"] is False
-    assert _launch_kwargs(torch.empty(T, 256), plain)["APPROX_KEYS"] is want
+    assert _launch_kwargs(torch.empty(T, 256), plain)["APPROX_KEYS"] is True
+    monkeypatch.setattr(kr, "APPROX_REPAIR_KEYS", False)
+    seen = _launch_kwargs(torch.empty(T, 256), config, bias=torch.zeros(256))
+    assert seen["APPROX_KEYS"] is (T == 1 or T >= 16384)
+    monkeypatch.setattr(kr, "APPROX_REPAIR_KEYS", True)
     hashed = RouterConfig(256, 6, scoring="sqrtsoftplus", routing="hash")
     table = torch.zeros(50, 6, dtype=torch.int32)
     assert _launch_kwargs(torch.empty(T, 256), hashed, token_ids=torch.zeros(T, dtype=torch.int64),

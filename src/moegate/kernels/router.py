@@ -51,6 +51,13 @@ APPROX_KEYS_MIN_TOKENS = 8192
 # vs 3.07, T=4096 6.52 vs 5.77, T=8192 9.87 vs 9.61 (run 26: 9.44 vs 9.88; T=16384 14.89 vs 17.62).
 APPROX_SSP_KEYS = True
 APPROX_SSP_MIN_TOKENS = 16384
+# Fast keys with the repair of close winners (_approx_repair: the K + 2 best fast words reordered on exact
+# keys, where the row was redone): forced on or off (tests, A/B), or below APPROX_REPAIR_MAX_TOKENS (None).
+# With it, rows without groups take the fast keys at every T (APPROX_REPAIR_KEYS; without, only at T = 1 and
+# the large T above).
+approx_repair_override: bool | None = None
+APPROX_REPAIR_MAX_TOKENS = 16384
+APPROX_REPAIR_KEYS = True
 # Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
 # True) or never (False).
 logit_keys_override: bool | None = None
@@ -274,14 +281,21 @@ def _launch(
     # (equal logits, equal keys), and every tie fails the margin check: those keep the exact keys.
     approx_able = spec.SCORING in (1, 2) and not spec.SELECT_LOGITS and not spec.HASH and not tile_weights \
         and spec.block_m == 1
+    any_t = APPROX_REPAIR_KEYS and spec.N_GROUP == 1  # the repair keeps close rows cheap at every T
     if spec.SCORING == 1:
         approx_keys = (approx_able and (bias is not None or logits.dtype == torch.float32)
-                       and block_g * block_gs >= APPROX_KEYS_MIN_LANES and (T == 1 or T >= APPROX_KEYS_MIN_TOKENS))
+                       and block_g * block_gs >= APPROX_KEYS_MIN_LANES
+                       and (any_t or T == 1 or T >= APPROX_KEYS_MIN_TOKENS))
     else:
         approx_keys = (approx_able and APPROX_SSP_KEYS and (bias is not None or logits.dtype == torch.float32)
-                       and (T == 1 or T >= APPROX_SSP_MIN_TOKENS))
+                       and (any_t or T == 1 or T >= APPROX_SSP_MIN_TOKENS))
     if approx_keys_override is not None:
         approx_keys = approx_keys_override and approx_able
+    # Close fast-key winners reordered on exact keys rather than the row redone (_approx_repair): rows without
+    # groups, below the token counts where the extra round costs more than the rows it saves.
+    approx_repair = approx_keys and spec.N_GROUP == 1 and T < APPROX_REPAIR_MAX_TOKENS
+    if approx_repair_override is not None:
+        approx_repair = approx_keys and spec.N_GROUP == 1 and approx_repair_override
     # Renormalized softmax selected on the logits (LOGIT_KEYS, see _logit_keys_allowed): with one row a
     # program, one row a thread or split rows (their words and checks), and the gather's weights.
     logit_keys = bool(spec.LOGIT_KEYS_OK and (spec.block_m == 1 or spec.THREAD_ROWS or spec.SPLIT_ROWS)
@@ -319,11 +333,12 @@ def _launch(
         BLOCK_M=spec.block_m, BLOCK_W=block_g * block_gs,
         LANE_BITS=lane_bits, TRUNCATE_WORDS=select_truncated,
         BLOCK_G=block_g, BLOCK_GS=block_gs,
-        # One row a program: one more column for the (K + 1)-th round's word of the margin checks.
-        BLOCK_KC=triton.next_power_of_2(spec.K + spec.C + (1 if spec.block_m == 1 else 0)),
+        # One row a program: one more column for the (K + 1)-th round's word of the margin checks (two with the repair).
+        BLOCK_KC=triton.next_power_of_2(spec.K + spec.C + (2 if approx_repair else 1 if spec.block_m == 1 else 0)),
         DIST_SHIFT=lane_bits - 8 if (lane_bits >= DIST_SHIFT_MIN_LANE_BITS
                                      or (lane_bits == 9 and spec.K >= DIST_SHIFT_512_MIN_K)) else 0,
-        HAS_SCALE=logit_scale != 1.0, TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, LOGIT_KEYS=logit_keys,
+        HAS_SCALE=logit_scale != 1.0, TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, APPROX_REPAIR=approx_repair,
+        LOGIT_KEYS=logit_keys,
         THREAD_ROWS=bool(spec.THREAD_ROWS), SPLIT_ROWS=spec.SPLIT_ROWS,
         FORCE_EXACT=force_exact_override,
         USE_PDL=use_pdl, ACCURATE=not _interpreting(),

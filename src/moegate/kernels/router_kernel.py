@@ -223,16 +223,55 @@ def _sqrtsoftplus_fast(x, ACCURATE: tl.constexpr):
 
 
 @triton.jit
-def _separated(hi_key, lo_key, SUMMANDS: tl.constexpr, SCORING: tl.constexpr, bias_mag):
-    """1 where hi_key beats lo_key whatever the approximate keys' errors (SUMMANDS keys in each; bias_mag:
-    the largest |bias| of the row, which bounds a sqrt-softplus score by its key); 0 also for NaN (-inf -
-    -inf)."""
-    mag = tl.maximum(tl.abs(hi_key), tl.abs(lo_key))
+def _key_err(mag, SCORING: tl.constexpr, bias_mag):
+    """The largest error of one approximate key of magnitude mag (bias_mag: the largest |bias| of the row,
+    which bounds a sqrt-softplus score by its key). Increasing in mag more slowly than mag itself, so a key k
+    plus _key_err(|k|) grows with k: a bound at the largest key bounds every smaller one."""
     if SCORING == 2:
-        tol = 2.0 * SUMMANDS * (SSP_KEY_ERR_ABS + (mag + bias_mag) * SSP_KEY_ERR_REL)
+        err = SSP_KEY_ERR_ABS + (mag + bias_mag) * SSP_KEY_ERR_REL
     else:
-        tol = 2.0 * SUMMANDS * (KEY_ERR_ABS + mag * KEY_ERR_REL)
-    return (hi_key - lo_key > tol).to(tl.int32)
+        err = KEY_ERR_ABS + mag * KEY_ERR_REL
+    return err
+
+
+@triton.jit
+def _separated(hi_key, lo_key, SUMMANDS: tl.constexpr, SCORING: tl.constexpr, bias_mag):
+    """1 where hi_key beats lo_key whatever the approximate keys' errors (SUMMANDS keys in each); 0 also for
+    NaN (-inf - -inf)."""
+    mag = tl.maximum(tl.abs(hi_key), tl.abs(lo_key))
+    return (hi_key - lo_key > 2.0 * SUMMANDS * _key_err(mag, SCORING, bias_mag)).to(tl.int32)
+
+
+@triton.jit
+def _approx_repair(wk, d, f_col, base, bias_mag, row_ptr, col_stride, row_live, bias_ptr, bias_stride, logit_scale,
+                   softcap, K: tl.constexpr, BLOCK_W: tl.constexpr, DIST_SHIFT: tl.constexpr, SCORING: tl.constexpr,
+                   HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_BIAS: tl.constexpr,
+                   ACCURATE: tl.constexpr):
+    """A row of one row a program (no groups) whose fast-key winners are closer than the keys' error: reorder
+    the K + 2 best fast words (wk, one a thread) on their exact keys, read back from the logits, instead of
+    redoing the whole row. Every other lane's fast word is at most the (K + 2)-th, so its exact key is at most
+    that word's largest key plus _key_err; where the K-th exact key among the candidates beats that bound, the
+    candidates' exact top K is the row's. Returns (lanes of the K winners, whether the bound held)."""
+    cand = f_col < K + 2
+    lane = tl.where(cand, (BLOCK_W - 1) - (wk & (BLOCK_W - 1)), 0)
+    x = _gather_logits(row_ptr, lane, col_stride, cand & row_live, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP,
+                       ACCURATE)
+    if HAS_BIAS:
+        b = tl.load(bias_ptr + lane.to(tl.int64) * bias_stride, mask=cand, other=0.0).to(tl.float32)
+    else:
+        b = 0.0
+    key, _s, hi = _key_bits(x, x == float("-inf"), cand, 0.0, 1.0, b, SCORING, False, HAS_BIAS, False, ACCURATE)
+    # Exact words as _exact_rounds builds them (key bits, then the lower lane); each candidate's rank is the
+    # number of candidates above it, and output column r takes the candidate of rank r.
+    word = tl.where(cand, (hi.to(tl.int64) << 32) | ((BLOCK_W - 1 - lane) + LOW_PAD).to(tl.int64), INT64_MIN)
+    rank = tl.sum((word[None, :] > word[:, None]).to(tl.int32), axis=1)
+    pick = (rank[None, :] == f_col[:, None]) & cand[None, :]
+    lanes = tl.where(f_col < K, tl.sum(tl.where(pick, lane[None, :], 0), axis=1), 0)
+    kth = tl.max(tl.where(cand & (rank == K - 1), key, float("-inf")), axis=0)
+    d_last = tl.sum(tl.where(f_col == K + 1, d, 0), axis=0)
+    top = _key_of32(base + (d_last << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))  # NaN where base is not a key
+    ok = kth - top > _key_err(tl.abs(top), SCORING, bias_mag)
+    return lanes, ok
 
 
 @triton.jit
@@ -733,6 +772,7 @@ def _route_kernel(
     DIST_SHIFT: tl.constexpr,  # distance words drop this many low ulp bits (wide tiles); K + 1 rounds then
     TILE_WEIGHTS: tl.constexpr,  # weights from the tile's scores, stored by the winning lanes
     APPROX_KEYS: tl.constexpr,  # sigmoid / sqrt-softplus keys from fast math, margins checked (one row a program)
+    APPROX_REPAIR: tl.constexpr,  # with APPROX_KEYS and no groups: close winners reordered on exact keys
     LOGIT_KEYS: tl.constexpr,  # renormalized softmax selected on the logits, margins checked (one row a program)
     THREAD_ROWS: tl.constexpr,  # narrow rows without groups, one a thread (_thread_rows)
     SPLIT_ROWS: tl.constexpr,  # 0, or rows without groups on this many threads each (_split_rows)
@@ -860,7 +900,9 @@ def _route_kernel(
             best = tl.max(tl.max(fast, axis=1), axis=0)
             wk = tl.where(f_col == 0, best, INT32_MIN)  # round i's word at i
             wn = tl.full([BLOCK_KC], INT32_MIN, tl.int32)  # round i + 1's word at i
-            for i in tl.static_range(1, K + 1 if (DIST_SHIFT > 0 or APPROX_KEYS or LOGIT_KEYS) else K):
+            ROUNDS: tl.constexpr = K + 2 if APPROX_REPAIR else (K + 1 if (DIST_SHIFT > 0 or APPROX_KEYS or LOGIT_KEYS)
+                                                                 else K)
+            for i in tl.static_range(1, ROUNDS):
                 # The next word down without marking the winners: best - 1 - word, as unsigned, is below
                 # 2**31 for the allowed words under best and wraps past it for best itself and the words
                 # above it (and for INT32_MIN lanes once best >= 1). One add and one min a lane, where
@@ -876,13 +918,25 @@ def _route_kernel(
             # the K-th (the rounds ran out of allowed lanes) means no competitor.
             has_next = (wn >= 0) & (wn < wk)
             amb = cur & ((wk < 0) | ((f_col < K - 1) & (has_next == 0)))
+            close_any = f_col < 0  # close winners for _approx_repair (none without it)
             if APPROX_KEYS:
                 # Winner i's key bits lie in [base + (d << S), base + (d << S) + 2**S - 1]. The order of the
                 # approximate keys is the exact order where each winner clears the next one by the keys'
                 # error on both sides; a clamped distance (d = 0) says nothing.
                 k_lo = _key_of32(base + (d << DIST_SHIFT))
                 k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
-                amb = amb | (cur & ((d == 0) | (has_next & (_separated(k_lo, k_next, 1, SCORING, bias_mag) == 0))))
+                close = cur & has_next & (_separated(k_lo, k_next, 1, SCORING, bias_mag) == 0)
+                amb = amb | (cur & (d == 0))
+                if APPROX_REPAIR:
+                    tl.static_assert((N_GROUP == 1) and (BLOCK_KC >= K + 2), "the repair takes K + 2 words, no groups")
+                    # Close winners are reordered on exact keys (_approx_repair), which needs K + 2 words in
+                    # strictly decreasing order; otherwise, as without the repair, the whole row is redone.
+                    c2 = f_col < K + 2
+                    c_bad = c2 & ((wk < 0) | ((f_col < K + 1) & ((wn < 0) | (wn >= wk))))
+                    close_any = close
+                    amb = amb | (close & (tl.max(c_bad.to(tl.int32), axis=0) > 0))
+                else:
+                    amb = amb | close
             elif LOGIT_KEYS:
                 # The winners' logits from their words: exact at DIST_SHIFT 0 (equal words, equal logits), else
                 # the winner's lowest and the next word's highest (never equal then); a clamped d says nothing.
@@ -899,9 +953,18 @@ def _route_kernel(
             if APPROX_KEYS and N_GROUP > 1:
                 g_sep = _separated(tl.sum(kept_min, axis=0), tl.sum(dropped_max, axis=0), 2, SCORING, bias_mag)
                 ambiguous = ambiguous | (g_sep == 0)
+            e_ids = tl.where(cur, (BLOCK_W - 1) - (wk & (BLOCK_W - 1)), 0)  # lanes
+            if APPROX_REPAIR:
+                if (tl.max(close_any.to(tl.int32), axis=0) > 0) & (ambiguous == 0):
+                    r_ids, r_ok = _approx_repair(
+                        wk, d, f_col, base, bias_mag, logits_ptr + tl.sum(rows64, axis=0) * logits_row_stride,
+                        logits_col_stride, tl.sum(row_ok.to(tl.int32), axis=0) > 0, bias_ptr, bias_stride,
+                        logit_scale, softcap, K, BLOCK_W, DIST_SHIFT, SCORING, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS,
+                        ACCURATE)
+                    e_ids = tl.where(r_ok, r_ids, e_ids)
+                    ambiguous = ambiguous | (r_ok == 0)
             if FORCE_EXACT:
                 ambiguous = ambiguous | (hi_max == hi_max)
-            e_ids = tl.where(cur, (BLOCK_W - 1) - (wk & (BLOCK_W - 1)), 0)  # lanes
             if WORD_LOGITS:
                 # A winner's word holds its logit's bits exactly (distance below the best, no shift) unless
                 # the distance was clamped, and then the row is ambiguous: no second, dependent read.
