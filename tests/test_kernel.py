@@ -496,11 +496,16 @@ def test_fast_sqrtsoftplus_keys_route_like_exact_keys(E, repair, monkeypatch):
 
 @needs_cuda
 @pytest.mark.parametrize("E,K,scoring", [(256, 6, "sqrtsoftplus"), (896, 16, "sigmoid")], ids=["dsv4", "896-top16"])
-def test_fast_keys_at_large_T_match_reference(E, K, scoring):
-    """Rows where the launcher takes the fast keys, as it launches them (with the repair of close rows below
-    T = 16384, without above), against the reference: tie-free rows, normal draws with a bias (some rows
-    within the margin: repaired or redone), fp32 and bf16, the last rows padding. GPU only: the interpreter
-    would take hours at these T."""
+@pytest.mark.parametrize("repair", [False, True], ids=["default", "repair"])
+def test_fast_keys_at_large_T_match_reference(E, K, scoring, repair, monkeypatch):
+    """DeepSeek-V4 and 896 top-16 as the launcher takes them (fast keys at T >= 16384 / 8192) and with the
+    repair switched on (fast keys at every T, close rows repaired below T = 16384), against the reference:
+    tie-free rows, normal draws with a bias (some rows within the margin: repaired or redone), fp32 and bf16,
+    the last rows padding. GPU only: the interpreter would take hours at these T."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "APPROX_REPAIR", repair)
+    monkeypatch.setattr(kr, "APPROX_REPAIR_KEYS", repair)
     config = RouterConfig(E, K, scoring=scoring, has_correction_bias=True, routed_scaling_factor=1.5)
     g = torch.Generator().manual_seed(6)
     bias = (torch.randn(E, generator=g) * 0.1).to(DEVICE)
@@ -656,40 +661,42 @@ def _launch_kwargs(x, config, **kw):
 
 @pytest.mark.parametrize("T", [1, 16, 4096, 8192, 16384])
 def test_fast_sigmoid_keys_only_for_wide_rows(T, monkeypatch):
-    """Fast sigmoid keys for 1024-lane tiles (never narrower): at every T without groups (close rows repaired
-    below T = 16384), with groups only at one row or T >= 8192 (no repair there)."""
+    """Fast sigmoid keys for 1024-lane tiles (never narrower), at one row or T >= 8192, close rows redone
+    whole; with the repair switched on (APPROX_REPAIR, APPROX_REPAIR_KEYS) at every T without groups, close
+    rows repaired below T = 16384, and with groups as before."""
     import moegate.kernels.router as kr
 
     config = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
-    seen = _launch_kwargs(torch.empty(T, 896), config, bias=torch.zeros(896))
-    assert seen["APPROX_KEYS"] is True and seen["APPROX_REPAIR"] is (T < 16384)
-    assert seen["BLOCK_KC"] >= 16 + 2
     grouped = RouterConfig(1024, 16, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
-    seen = _launch_kwargs(torch.empty(T, 1024), grouped, bias=torch.zeros(1024))
-    assert seen["APPROX_KEYS"] is (T == 1 or T >= 8192) and seen["APPROX_REPAIR"] is False
     narrow = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True)
-    assert _launch_kwargs(torch.empty(T, 256), narrow, bias=torch.zeros(256))["APPROX_KEYS"] is False
-    monkeypatch.setattr(kr, "APPROX_REPAIR_KEYS", False)  # without the repair: one row or T >= 8192
-    seen = _launch_kwargs(torch.empty(T, 896), config, bias=torch.zeros(896))
-    assert seen["APPROX_KEYS"] is (T == 1 or T >= 8192)
+    for repair in (False, True):
+        monkeypatch.setattr(kr, "APPROX_REPAIR", repair)
+        monkeypatch.setattr(kr, "APPROX_REPAIR_KEYS", repair)
+        seen = _launch_kwargs(torch.empty(T, 896), config, bias=torch.zeros(896))
+        assert seen["APPROX_KEYS"] is (repair or T == 1 or T >= 8192)
+        assert seen["APPROX_REPAIR"] is (repair and T < 16384) and seen["BLOCK_KC"] >= 16 + 2
+        seen = _launch_kwargs(torch.empty(T, 1024), grouped, bias=torch.zeros(1024))
+        assert seen["APPROX_KEYS"] is (T == 1 or T >= 8192) and seen["APPROX_REPAIR"] is False
+        assert _launch_kwargs(torch.empty(T, 256), narrow, bias=torch.zeros(256))["APPROX_KEYS"] is False
 
 
 @pytest.mark.parametrize("T", [1, 16, 8192, 16384, 65536])
-def test_fast_sqrtsoftplus_keys_by_default(T, monkeypatch):
-    """DeepSeek-V4's fast keys at every T, close rows repaired below T = 16384; not for bf16 logits without a
-    bias (they tie often), nor hash routing; without the repair only at one row or T >= 16384."""
+def test_fast_sqrtsoftplus_keys_at_one_row_or_large_T(T, monkeypatch):
+    """DeepSeek-V4's fast keys at one row or T >= 16384, close rows redone whole; with the repair switched on
+    at every T, close rows repaired below T = 16384. Never for bf16 logits without a bias (they tie often)."""
     import moegate.kernels.router as kr
 
     config = RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)
-    seen = _launch_kwargs(torch.empty(T, 256), config, bias=torch.zeros(256))
-    assert seen["APPROX_KEYS"] is True and seen["APPROX_REPAIR"] is (T < 16384) and seen["BLOCK_KC"] == 8
     plain = RouterConfig(256, 6, scoring="sqrtsoftplus")
-    assert _launch_kwargs(torch.empty(T, 256, dtype=torch.bfloat16), plain)["APPROX_KEYS"] is False
-    assert _launch_kwargs(torch.empty(T, 256), plain)["APPROX_KEYS"] is True
-    monkeypatch.setattr(kr, "APPROX_REPAIR_KEYS", False)
-    seen = _launch_kwargs(torch.empty(T, 256), config, bias=torch.zeros(256))
-    assert seen["APPROX_KEYS"] is (T == 1 or T >= 16384)
-    monkeypatch.setattr(kr, "APPROX_REPAIR_KEYS", True)
+    for repair in (False, True):
+        monkeypatch.setattr(kr, "APPROX_REPAIR", repair)
+        monkeypatch.setattr(kr, "APPROX_REPAIR_KEYS", repair)
+        want = repair or T == 1 or T >= 16384
+        seen = _launch_kwargs(torch.empty(T, 256), config, bias=torch.zeros(256))
+        assert seen["APPROX_KEYS"] is want and seen["APPROX_REPAIR"] is (repair and T < 16384)
+        assert seen["BLOCK_KC"] == 8
+        assert _launch_kwargs(torch.empty(T, 256, dtype=torch.bfloat16), plain)["APPROX_KEYS"] is False
+        assert _launch_kwargs(torch.empty(T, 256), plain)["APPROX_KEYS"] is want
     hashed = RouterConfig(256, 6, scoring="sqrtsoftplus", routing="hash")
     table = torch.zeros(50, 6, dtype=torch.int32)
     assert _launch_kwargs(torch.empty(T, 256), hashed, token_ids=torch.zeros(T, dtype=torch.int64),

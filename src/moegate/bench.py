@@ -278,7 +278,7 @@ def summary(rows):
 AB_VARIANTS = {
     "exact-keys": {"approx_keys_override": False},  # sigmoid keys from libdevice exp and IEEE division
     "approx-keys": {"approx_keys_override": True},  # sigmoid / sqrt-softplus keys from MUFU ops, margins checked
-    "no-repair": {"approx_keys_override": True, "approx_repair_override": False},  # close rows redone whole
+    "repair": {"approx_keys_override": True, "approx_repair_override": True},  # close rows repaired (no groups)
     "score-keys": {"logit_keys_override": False},  # renormalized softmax selected on exact scores
     "one-row": {"launch_override": (1, 1)},  # one row a warp (flat epilogue; logit keys for softmax)
     "two-rows": {"launch_override": (2, 1)},  # two rows a program (the 2-D epilogue and rounds)
