@@ -164,20 +164,30 @@ KEY_ERR_REL = tl.constexpr(4.8e-7)  # ~2**-21
 
 
 @triton.jit
+def _approx(x, OP: tl.constexpr, ACCURATE: tl.constexpr):
+    """One MUFU op, OP.approx.ftz.f32 through inline PTX (OP: "ex2", "lg2", "rcp" or "sqrt"); the
+    interpreter has no PTX and takes tl.exp2, tl.log2, 1 / x or tl.sqrt."""
+    if ACCURATE:
+        y = tl.inline_asm_elementwise(OP + ".approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
+                                      pack=1)
+    elif OP == "ex2":
+        y = tl.exp2(x)
+    elif OP == "lg2":
+        y = tl.log2(x)
+    elif OP == "rcp":
+        y = 1.0 / x
+    else:
+        y = tl.sqrt(x)
+    return y
+
+
+@triton.jit
 def _sigmoid_fast(x, ACCURATE: tl.constexpr):
     """Selection keys only (never weights): see KEY_ERR_ABS. On the GPU one FMUL, two MUFU ops and an
     FADD an element (ex2.approx, rcp.approx: within 2**-22 relative and 1 ulp): tl.exp2 and a non-IEEE
     tl.fdiv spent 8 SASS instructions an element on denormal and range fix-ups that these keys never
     need (1 + e >= 1)."""
-    t = x * -1.4426950408889634
-    if ACCURATE:
-        e = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [t], dtype=tl.float32,
-                                      is_pure=True, pack=1)
-        key = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [1.0 + e], dtype=tl.float32,
-                                        is_pure=True, pack=1)
-    else:  # the interpreter has no PTX
-        key = 1.0 / (1.0 + tl.exp2(t))
-    return key
+    return _approx(1.0 + _approx(x * -1.4426950408889634, "ex2", ACCURATE), "rcp", ACCURATE)
 
 
 # Approximate sqrt-softplus keys differ from the exact ones by at most SSP_KEY_ERR_ABS + s * SSP_KEY_ERR_REL,
@@ -200,26 +210,13 @@ def _sqrtsoftplus_fast(x, ACCURATE: tl.constexpr):
     """Selection keys only (never weights): sqrt(softplus(x)) within SSP_KEY_ERR_ABS + s * SSP_KEY_ERR_REL
     from three MUFU ops (ex2, lg2, sqrt approx) and a three-term series where ln(1 + e) would cancel, in place
     of libdevice's exp, log1p and the IEEE square root (~85 SASS instructions an element, DeepSeek-V4)."""
-    t = tl.minimum(x, 20.0) * 1.4426950408889634
-    if ACCURATE:
-        e = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [t], dtype=tl.float32,
-                                      is_pure=True, pack=1)
-        lg = tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=f,f", [1.0 + e], dtype=tl.float32,
-                                       is_pure=True, pack=1)
-    else:  # the interpreter has no PTX
-        e = tl.exp2(t)
-        lg = tl.log2(1.0 + e)
+    e = _approx(tl.minimum(x, 20.0) * 1.4426950408889634, "ex2", ACCURATE)
+    lg = _approx(1.0 + e, "lg2", ACCURATE)
     series = e * (1.0 + e * (-0.5 + e * 0.3333333432674408))
     softplus = tl.where(e < 0.03125, series, lg * 0.6931471805599453)
     # softplus(x) > x: the max is x past 20 (the reference's cut: ln(1 + e) of the clamped x is 20 there) and
     # otherwise the approximation or, where that errs below x, a value closer to the true one.
-    softplus = tl.maximum(softplus, x)
-    if ACCURATE:
-        key = tl.inline_asm_elementwise("sqrt.approx.ftz.f32 $0, $1;", "=f,f", [softplus], dtype=tl.float32,
-                                        is_pure=True, pack=1)
-    else:
-        key = tl.sqrt(softplus)
-    return key
+    return _approx(tl.maximum(softplus, x), "sqrt", ACCURATE)
 
 
 @triton.jit
