@@ -282,8 +282,8 @@ def _launch(
         else:
             per_thread = spec.block_m * block_g * block_gs // (32 * spec.num_warps)
             tile_weights = T <= TILE_WEIGHTS_MAX_TOKENS and per_thread <= TILE_WEIGHTS_MAX_LANES_PER_THREAD
-    # Fast sigmoid keys where the exact ones only select: one row a program (the margin checks run on the
-    # flat round words), not for weights from the tile. bf16 / fp16 logits without a bias tie often
+    # Fast sigmoid / sqrt-softplus keys where the exact ones only select: one row a program (the margin checks
+    # run on the flat round words), not for weights from the tile. bf16 / fp16 logits without a bias tie often
     # (equal logits, equal keys), and every tie fails the margin check: those keep the exact keys.
     approx_able = spec.SCORING in (1, 2) and not spec.SELECT_LOGITS and not spec.HASH and not tile_weights \
         and spec.block_m == 1
