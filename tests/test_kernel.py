@@ -505,7 +505,6 @@ def test_fast_keys_at_large_T_match_reference(E, K, scoring, repair, monkeypatch
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, "APPROX_REPAIR", repair)
-    monkeypatch.setattr(kr, "APPROX_REPAIR_KEYS", repair)
     config = RouterConfig(E, K, scoring=scoring, has_correction_bias=True, routed_scaling_factor=1.5)
     g = torch.Generator().manual_seed(6)
     bias = (torch.randn(E, generator=g) * 0.1).to(DEVICE)
@@ -662,7 +661,7 @@ def _launch_kwargs(x, config, **kw):
 @pytest.mark.parametrize("T", [1, 16, 4096, 8192, 16384])
 def test_fast_sigmoid_keys_only_for_wide_rows(T, monkeypatch):
     """Fast sigmoid keys for 1024-lane tiles (never narrower), at one row or T >= 8192, close rows redone
-    whole; with the repair switched on (APPROX_REPAIR, APPROX_REPAIR_KEYS) at every T without groups, close
+    whole; with the repair switched on (APPROX_REPAIR) at every T without groups, close
     rows repaired below T = 16384, and with groups as before."""
     import moegate.kernels.router as kr
 
@@ -671,7 +670,6 @@ def test_fast_sigmoid_keys_only_for_wide_rows(T, monkeypatch):
     narrow = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True)
     for repair in (False, True):
         monkeypatch.setattr(kr, "APPROX_REPAIR", repair)
-        monkeypatch.setattr(kr, "APPROX_REPAIR_KEYS", repair)
         seen = _launch_kwargs(torch.empty(T, 896), config, bias=torch.zeros(896))
         assert seen["APPROX_KEYS"] is (repair or T == 1 or T >= 8192)
         assert seen["APPROX_REPAIR"] is (repair and T < 16384) and seen["BLOCK_KC"] >= 16 + 2
@@ -690,7 +688,6 @@ def test_fast_sqrtsoftplus_keys_at_one_row_or_large_T(T, monkeypatch):
     plain = RouterConfig(256, 6, scoring="sqrtsoftplus")
     for repair in (False, True):
         monkeypatch.setattr(kr, "APPROX_REPAIR", repair)
-        monkeypatch.setattr(kr, "APPROX_REPAIR_KEYS", repair)
         want = repair or T == 1 or T >= 16384
         seen = _launch_kwargs(torch.empty(T, 256), config, bias=torch.zeros(256))
         assert seen["APPROX_KEYS"] is want and seen["APPROX_REPAIR"] is (repair and T < 16384)

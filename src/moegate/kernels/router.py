@@ -53,8 +53,8 @@ APPROX_SSP_KEYS = True
 APPROX_SSP_MIN_TOKENS = 16384
 # Fast keys with the repair of close winners (_approx_repair: the K + 2 best fast words reordered on exact
 # keys read back, where the row was redone whole): forced on or off (tests, A/B), or the default: with
-# APPROX_REPAIR below APPROX_REPAIR_MAX_TOKENS, and then (APPROX_REPAIR_KEYS) fast keys at every T for rows
-# without groups. Off by default: H200 run 28 (BENCHMARKS.md), fast keys with the repair / redone / exact
+# APPROX_REPAIR, fast keys at every T for rows without groups and the repair below APPROX_REPAIR_MAX_TOKENS.
+# Off by default: H200 run 28 (BENCHMARKS.md), fast keys with the repair / redone / exact
 # keys, us: DeepSeek-V4 T=16 2.94 / 2.77 / 2.86, T=1024 3.58 / 4.14 / 3.32, T=4096 6.10 / 6.35 / 5.89,
 # T=8192 9.51 / 9.84 / 9.85; 896 top-16 T=16 5.37 / 9.09 / 4.57, T=256 5.48 / 9.44 / 5.05, T=1024 10.03 /
 # 11.92 / 10.37, T=4096 30.35 / 28.58 / 27.66, T=8192 56.26 / 49.79 / 52.90. The repair saves the rows
@@ -63,7 +63,6 @@ APPROX_SSP_MIN_TOKENS = 16384
 approx_repair_override: bool | None = None
 APPROX_REPAIR = False
 APPROX_REPAIR_MAX_TOKENS = 16384
-APPROX_REPAIR_KEYS = False
 # Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
 # True) or never (False).
 logit_keys_override: bool | None = None
@@ -287,7 +286,7 @@ def _launch(
     # (equal logits, equal keys), and every tie fails the margin check: those keep the exact keys.
     approx_able = spec.SCORING in (1, 2) and not spec.SELECT_LOGITS and not spec.HASH and not tile_weights \
         and spec.block_m == 1
-    any_t = APPROX_REPAIR and APPROX_REPAIR_KEYS and spec.N_GROUP == 1  # the repair keeps close rows cheap
+    any_t = APPROX_REPAIR and spec.N_GROUP == 1  # the repair keeps close rows cheap at every T
     if spec.SCORING == 1:
         approx_keys = (approx_able and (bias is not None or logits.dtype == torch.float32)
                        and block_g * block_gs >= APPROX_KEYS_MIN_LANES
