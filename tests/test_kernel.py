@@ -515,6 +515,82 @@ def test_fast_keys_at_large_T_match_reference(E, K, scoring, repair, monkeypatch
         run_both(drawn, config, near_ties=True, bias=bias, num_valid_tokens=T - 5)
 
 
+def _counted(logits, config, **kw):
+    """(routing, (programs that redid their rows, programs that repaired a row, programs)) of one launch with
+    the kernel's fallback counters on."""
+    import moegate.kernels.router as kr
+
+    stats = torch.zeros(3, dtype=torch.int32, device=DEVICE)
+    kr.count_fallbacks_into = stats
+    try:
+        got = route(logits, config, backend="triton", **kw)
+    finally:
+        kr.count_fallbacks_into = None
+    return got, tuple(stats.tolist())
+
+
+@pytest.mark.parametrize("path", ["one-row", "two-rows", "thread-rows", "split-rows"])
+def test_fallback_counters(path, monkeypatch):
+    """The diagnostic counters (the benchmark's --fallbacks): every program counted once; none redone on rows
+    far from ties, every one with the exact path forced; counting changes no routing."""
+    import moegate.kernels.router as kr
+
+    E = 8 if path == "thread-rows" else 64
+    config = RouterConfig(E, 4, renormalize=True) if path in ("thread-rows", "split-rows") else \
+        RouterConfig(E, 4, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2)
+    if path == "two-rows":
+        monkeypatch.setattr(kr, "launch_override", (2, 1))
+    if path == "split-rows":
+        monkeypatch.setattr(kr, "split_rows_override", 4)
+    T = 37
+    rows_per_program = {"one-row": 1, "two-rows": 2, "thread-rows": 32, "split-rows": 8}[path]
+    programs = -(-T // rows_per_program)
+    logits = tie_free_logits(T, E, seed=2)
+    kw = extras(config, T)
+    plain = route(logits, config, backend="triton", **kw)
+    got, (redo, repaired, n) = _counted(logits, config, **kw)
+    assert n == programs and repaired == 0 and redo == 0
+    torch.testing.assert_close(got.ids, plain.ids, rtol=0, atol=0)
+    torch.testing.assert_close(got.weights, plain.weights, rtol=0, atol=0)
+    monkeypatch.setattr(kr, "force_exact_override", True)
+    _, (redo, repaired, n) = _counted(logits, config, **kw)
+    assert (redo, repaired, n) == (programs, 0, programs)
+
+
+def test_fallback_counters_count_repairs(monkeypatch):
+    """With the repair on, close sqrt-softplus rows are counted as repaired (and those the repair cannot keep
+    as redone too); rows far apart as neither."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    monkeypatch.setattr(kr, "approx_keys_override", True)
+    monkeypatch.setattr(kr, "approx_repair_override", True)
+    config = RouterConfig(64, 6, scoring="sqrtsoftplus", has_correction_bias=True)
+    bias = torch.zeros(64, device=DEVICE)
+    _, (redo, repaired, n) = _counted(tie_free_logits(20, 64, seed=5), config, bias=bias)
+    assert (redo, repaired, n) == (0, 0, 20)
+    close, _biases = _near_tie_sqrtsoftplus(64, seed=64)
+    got, (redo, repaired, n) = _counted(close.to(DEVICE), config, bias=bias)
+    assert n == close.shape[0] and repaired > 0 and redo <= n
+    monkeypatch.setattr(kr, "force_exact_override", True)
+    exact = route(close.to(DEVICE), config, backend="triton", bias=bias)
+    torch.testing.assert_close(got.ids, exact.ids, rtol=0, atol=0)
+
+
+def test_bench_prints_fallbacks(capsys, monkeypatch):
+    """bench --fallbacks: each verified launch also prints its counters, from a launch with them on."""
+    import moegate.bench as bench
+
+    config = RouterConfig(64, 6, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    logits, bias = tie_free_logits(16, 64, seed=1), extras(config, 16)["bias"]
+    fn = bench._Moegate(logits, config, bias, poisoned_out(16, 6))
+    fn()
+    monkeypatch.setattr(bench, "COUNT_FALLBACKS", True)
+    assert fn.fallbacks() == (0, 0, 16)
+    assert bench._verified(fn, "x") == 0
+    assert "x: 0 of 16 programs redid their rows" in capsys.readouterr().out
+
+
 def test_fast_sqrtsoftplus_key_error_bound():
     """_sqrtsoftplus_fast against the exact score on a dense sweep of x: within SSP_KEY_ERR_ABS + s *
     SSP_KEY_ERR_REL, the bound its margin checks assume (on the GPU the MUFU approximations; under the

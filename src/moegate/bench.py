@@ -99,6 +99,8 @@ def _floor_launch(logits, weights, ids, K, pdl=True):
 
 # Rows of each timed moegate launch checked against the fp32 reference afterwards (check_routing).
 VERIFY_ROWS = 4096
+# --fallbacks: after each timed moegate launch, one more launch that counts the programs leaving the fast path.
+COUNT_FALLBACKS = False
 
 
 class _Moegate:
@@ -121,9 +123,23 @@ class _Moegate:
         return len(check_routing(self.out[0][:n], self.out[1][:n], self.config, logits=self.logits[:n],
                                  bias=self.bias))
 
+    def fallbacks(self):
+        """One launch with the kernel's counters on (moegate.kernels.router.count_fallbacks_into): (programs
+        that redid their rows on the exact path, programs that repaired a row, programs)."""
+        import moegate.kernels.router as kr
+
+        stats = torch.zeros(3, dtype=torch.int32, device=self.logits.device)
+        kr.count_fallbacks_into = stats
+        try:
+            self()
+        finally:
+            kr.count_fallbacks_into = None
+        return tuple(stats.tolist())
+
 
 def _verified(fn, label):
-    """fn.verify(), printing a line when the timed launch routed wrongly; None where fn cannot verify."""
+    """fn.verify(), printing a line when the timed launch routed wrongly; None where fn cannot verify. With
+    COUNT_FALLBACKS (--fallbacks) also prints how many of its programs left the fast path."""
     verify = getattr(fn, "verify", None)
     if verify is None:
         return None
@@ -135,6 +151,10 @@ def _verified(fn, label):
     if bad:
         print(f"{label}: {bad} routing violations in the first {VERIFY_ROWS} rows (check_routing against the "
               "fp32 reference): this time is of a wrong routing")
+    if COUNT_FALLBACKS:
+        redo, repaired, programs = fn.fallbacks()
+        print(f"{label}: {redo} of {programs} programs redid their rows on the exact path "
+              f"({100 * redo / max(programs, 1):.2f}%), {repaired} repaired a row")
     return bad
 
 
@@ -365,7 +385,7 @@ def sweep(shapes, tokens, rep):
 
 
 def main(argv=None) -> int:
-    global VERIFY_ROWS
+    global VERIFY_ROWS, COUNT_FALLBACKS
     p = argparse.ArgumentParser(prog="moegate bench", description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default=",".join(DEFAULT_SHAPES),
                    help="comma-separated names: " + ", ".join(SHAPES) + " (default: all but "
@@ -378,6 +398,9 @@ def main(argv=None) -> int:
     p.add_argument("--rep", type=int, default=20, help="milliseconds of graph replay per measurement")
     p.add_argument("--verify-rows", type=int, default=VERIFY_ROWS,
                    help="rows of each timed moegate launch checked against the fp32 reference (0: none)")
+    p.add_argument("--fallbacks", action="store_true",
+                   help="after each timed moegate launch, print how many programs left the fast path (one more "
+                        "launch with the kernel's counters on; each counting variant compiles once)")
     p.add_argument("--json", help="write the rows and the summary here")
     p.add_argument("--sweep", action="store_true", help="time launch shapes instead of providers")
     p.add_argument("--ab", default=None,
@@ -387,6 +410,7 @@ def main(argv=None) -> int:
                    help="comma-separated AB_VARIANTS to time with --ab (default: all): " + ", ".join(AB_VARIANTS))
     args = p.parse_args(argv)
     VERIFY_ROWS = args.verify_rows
+    COUNT_FALLBACKS = args.fallbacks
     if not torch.cuda.is_available():
         print("moegate bench needs a CUDA device; none is available")
         return 2

@@ -67,6 +67,10 @@ APPROX_REPAIR_MAX_TOKENS = 16384
 # True) or never (False).
 logit_keys_override: bool | None = None
 force_exact_override: bool = False
+# Diagnostics (the benchmark's --fallbacks): an int32 [3] device tensor that the launches add to: programs
+# that left the fast path and redid their rows, programs that repaired a row (_approx_repair), programs.
+# None (the default): nothing counted, nothing compiled in.
+count_fallbacks_into: torch.Tensor | None = None
 # Narrow rows without groups or hashing, one row a thread (THREAD_ROWS): forced on (True) for any width the
 # tests pick, off (False), or the heuristic (None): rows of at most THREAD_ROWS_MAX_LANES experts. H200 run
 # 14, one row a thread against rows on warps: Mixtral (8 experts, top-2) T=4096 1.61 vs 2.30 us, T=65536
@@ -323,6 +327,7 @@ def _launch(
         weights, ids, dummy if packed is None else packed,
         rec_layer, 0 if rec_ids is None else rec_layer.stride(0),
         dummy if rec_count is None else rec_count[spec.layer:],
+        dummy if count_fallbacks_into is None else count_fallbacks_into,
         T, spec.home_rank,
         logit_scale, softcap, renorm_eps, renorm_p, inv_renorm_p, rsf, shared_weight,
         K=spec.K, C=spec.C, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
@@ -345,7 +350,7 @@ def _launch(
         HAS_SCALE=logit_scale != 1.0, TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, APPROX_REPAIR=approx_repair,
         LOGIT_KEYS=logit_keys,
         THREAD_ROWS=bool(spec.THREAD_ROWS), SPLIT_ROWS=spec.SPLIT_ROWS,
-        FORCE_EXACT=force_exact_override,
+        FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None,
         USE_PDL=use_pdl, ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )

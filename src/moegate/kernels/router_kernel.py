@@ -510,13 +510,15 @@ def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scal
                                         row_max)
         if FORCE_EXACT:
             amb = amb | row_ok
-        if tl.max(amb.to(tl.int32), axis=0) > 0:
+        redo = tl.max(amb.to(tl.int32), axis=0)
+        if redo > 0:
             ids_k, xk, row_sum = _thread_exact(xs, row_max, bias_ptr, bias_stride, kc, E, K, BLOCK_M, BLOCK_KC,
                                                SCORING, SELECT_LOGITS, HAS_BIAS, ACCURATE)
     else:
+        redo = tl.max(row_ok.to(tl.int32), axis=0) * 0  # the exact keys are the only path: nothing redone
         ids_k, xk, row_sum = _thread_exact(xs, row_max, bias_ptr, bias_stride, kc, E, K, BLOCK_M, BLOCK_KC,
                                            SCORING, SELECT_LOGITS, HAS_BIAS, ACCURATE)
-    return ids_k, xk, row_max, row_sum
+    return ids_k, xk, row_max, row_sum, redo
 
 
 @triton.jit
@@ -703,7 +705,8 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
         amb = amb | row_ok
     ids_k = tl.where(cur, (-(wk & (BLOCK_W - 1))) + (BLOCK_W - 1), 0)
     xk = tl.where(cur, k_lo, float("-inf"))
-    if tl.max(amb.to(tl.int32), axis=0) > 0:
+    redo = tl.max(amb.to(tl.int32), axis=0)
+    if redo > 0:
         # Steps 1-5 again on the exact keys, from a second read of the rows (L1 / L2 hits).
         xs2 = _split_load(row_base, col_stride, row_ok, logit_scale, softcap, E, Q, HAS_SCALE, HAS_SOFTCAP,
                           ACCURATE)
@@ -714,7 +717,7 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
         ids_k = _split_exact(his2, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W)
         xk = _gather_logits(row_base[:, None], ids_k, col_stride, row_ok[:, None] & cur, logit_scale, softcap,
                             HAS_SCALE, HAS_SOFTCAP, ACCURATE)
-    return ids_k, xk, row_max, row_sum
+    return ids_k, xk, row_max, row_sum, redo
 
 
 @triton.jit(do_not_specialize=["num_valid", "num_tokens", "home_rank", "hash_vocab"])
@@ -728,6 +731,7 @@ def _route_kernel(
     l2p_ptr, replica_count_ptr,
     weights_ptr, ids_ptr, packed_ptr,
     rec_ids_ptr, rec_row_stride, rec_count_ptr,
+    stats_ptr,  # COUNT_FALLBACKS: int32 [3], programs that redid their rows, repaired a row, ran
     num_tokens, home_rank,
     logit_scale, softcap, renorm_eps, renorm_p, inv_renorm_p, rsf, shared_weight,
     K: tl.constexpr,  # routed columns
@@ -774,6 +778,7 @@ def _route_kernel(
     THREAD_ROWS: tl.constexpr,  # narrow rows without groups, one a thread (_thread_rows)
     SPLIT_ROWS: tl.constexpr,  # 0, or rows without groups on this many threads each (_split_rows)
     FORCE_EXACT: tl.constexpr,  # every row takes the exact path (tests)
+    COUNT_FALLBACKS: tl.constexpr,  # count the programs that leave the fast path into stats_ptr (diagnostics)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     ACCURATE: tl.constexpr,
 ):
@@ -782,6 +787,8 @@ def _route_kernel(
         # launch now (it waits for this one to finish in its own gdc_wait).
         gdc_wait()
         gdc_launch_dependents()
+    if COUNT_FALLBACKS:
+        tl.atomic_add(stats_ptr + 2, 1)
     # LOGIT_KEYS with unshifted distance words: the winners' logits come out of their words.
     WORD_LOGITS: tl.constexpr = LOGIT_KEYS and (DIST_SHIFT == 0) and (BLOCK_M == 1)
     pid = tl.program_id(0)
@@ -843,15 +850,19 @@ def _route_kernel(
             other=0,
         ).to(tl.int32)  # [BM, BKC]
     elif THREAD_ROWS:
-        ids_k, thread_x, row_max, row_sum = _thread_rows(
+        ids_k, thread_x, row_max, row_sum, redo = _thread_rows(
             row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc, N_GROUP * GROUP_SIZE,
             K, BLOCK_M, BLOCK_KC, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, LOGIT_KEYS, FORCE_EXACT,
             ACCURATE)
+        if COUNT_FALLBACKS:
+            tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
     elif SPLIT_ROWS > 0:
-        ids_k, thread_x, row_max, row_sum = _split_rows(
+        ids_k, thread_x, row_max, row_sum, redo = _split_rows(
             row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc, N_GROUP * GROUP_SIZE,
             K, SPLIT_ROWS, BLOCK_M, BLOCK_KC, BLOCK_W, LANE_BITS, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP,
             HAS_BIAS, LOGIT_KEYS, FORCE_EXACT, ACCURATE)
+        if COUNT_FALLBACKS:
+            tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
     else:
         bias_mag = 0.0
         if HAS_BIAS:
@@ -952,7 +963,10 @@ def _route_kernel(
                 ambiguous = ambiguous | (g_sep == 0)
             e_ids = tl.where(cur, (BLOCK_W - 1) - (wk & (BLOCK_W - 1)), 0)  # lanes
             if APPROX_REPAIR:
-                if (tl.max(close_any.to(tl.int32), axis=0) > 0) & (ambiguous == 0):
+                repair = (tl.max(close_any.to(tl.int32), axis=0) > 0) & (ambiguous == 0)
+                if COUNT_FALLBACKS:
+                    tl.atomic_add(stats_ptr + 1, repair.to(tl.int32))
+                if repair:
                     r_ids, r_ok = _approx_repair(
                         wk, d, f_col, base, bias_mag, logits_ptr + tl.sum(rows64, axis=0) * logits_row_stride,
                         logits_col_stride, tl.sum(row_ok.to(tl.int32), axis=0) > 0, bias_ptr, bias_stride,
@@ -962,6 +976,8 @@ def _route_kernel(
                     ambiguous = ambiguous | (r_ok == 0)
             if FORCE_EXACT:
                 ambiguous = ambiguous | (hi_max == hi_max)
+            if COUNT_FALLBACKS:
+                tl.atomic_add(stats_ptr, ambiguous.to(tl.int32))
             if WORD_LOGITS:
                 # A winner's word holds its logit's bits exactly (distance below the best, no shift) unless
                 # the distance was clamped, and then the row is ambiguous: no second, dependent read.
@@ -1045,7 +1061,10 @@ def _route_kernel(
             if FORCE_EXACT:
                 ambiguous = ambiguous | row_ok
             rank_lane = tl.where((fast > INT32_MIN) & (fast < MARK + K), fast - MARK, -1)  # column or -1
-            if tl.max(ambiguous.to(tl.int32), axis=0) > 0:
+            redo = tl.max(ambiguous.to(tl.int32), axis=0)
+            if COUNT_FALLBACKS:
+                tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
+            if redo > 0:
                 # Exact path (wide key range, -inf among the winners): one 64-bit max per round.
                 ids_k, rank_lane = _exact_rounds(hi, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
             if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
