@@ -221,20 +221,8 @@ def test_one_warp_on_a_1024_lane_row_is_refused(monkeypatch):
         route(tie_free_logits(2, 1024), config, backend="triton")
 
 
-def _force_merge(merge, monkeypatch):
-    """merge=True: one row a warp and the merge network wherever it applies; None: the launcher's choice."""
-    import moegate.kernels.router as kr
-
-    if merge:
-        monkeypatch.setattr(kr, "merge_topk_override", True)
-        monkeypatch.setattr(kr, "launch_override", (1, 1))
-
-
-@pytest.mark.parametrize("merge", [None, True], ids=["heuristic", "merge"])
-def test_ties_go_to_the_lower_id(merge, monkeypatch):
-    """Many equal logits: ids must follow the reference's stable order exactly (lower id first); as the
-    launcher routes them and with the merge network forced (one row a warp)."""
-    _force_merge(merge, monkeypatch)
+def test_ties_go_to_the_lower_id():
+    """Many equal logits: ids must follow the reference's stable order exactly (lower id first)."""
     g = torch.Generator().manual_seed(3)
     E = 64 if not FULL else 256
     for config in (
@@ -250,11 +238,8 @@ def test_ties_go_to_the_lower_id(merge, monkeypatch):
             assert got.ids[0].tolist() == list(range(6))
 
 
-@pytest.mark.parametrize("merge", [None, True], ids=["heuristic", "merge"])
-def test_nan_and_neg_inf_rows(merge, monkeypatch):
-    """NaN/-inf logits score 0, key -inf, below every real key; an all-NaN row gives weights 0 (also with the
-    merge network forced)."""
-    _force_merge(merge, monkeypatch)
+def test_nan_and_neg_inf_rows():
+    """NaN/-inf logits score 0, key -inf, below every real key; an all-NaN row gives weights 0."""
     g = torch.Generator().manual_seed(4)
     E = 48 if not FULL else 256
     for config in (
@@ -294,7 +279,7 @@ def test_exclude_never_selects_a_dropped_group_even_below_neg_inf():
     assert (got.ids < 16).all()
 
 
-@pytest.mark.parametrize("split", [False, True, "merge"], ids=["heuristic", "split-rows", "merge"])
+@pytest.mark.parametrize("split", [False, True], ids=["heuristic", "split-rows"])
 def test_wide_key_ranges_take_the_exact_path(split, monkeypatch):
     """Rows the 32-bit fast path cannot order (keys of both signs or spread past the distance word, keys
     closer than the truncated word's resolution) must take the exact path and route like the reference:
@@ -302,9 +287,7 @@ def test_wide_key_ranges_take_the_exact_path(split, monkeypatch):
     import moegate.kernels.router as kr
 
     E = 32 if not FULL else 256
-    if split == "merge":
-        _force_merge(True, monkeypatch)
-    elif split:
+    if split:
         monkeypatch.setattr(kr, "split_rows_override", E // 16)  # 16 columns a thread
     g = torch.Generator().manual_seed(7)
     order = torch.rand(37, E, generator=g).argsort(dim=1).float()
@@ -834,60 +817,6 @@ def test_exact_path_for_every_row(name, config, tol, monkeypatch):
         monkeypatch.setattr(kr, "launch_override", launch)
         logits = tie_free_logits(5, config.num_scored, seed=3)
         run_both(logits, config, tol=tol, near_ties=config.has_correction_bias, **extras(config, 5))
-
-
-@pytest.mark.parametrize("name,config,tol", [c for c in CONFIGS if c[1].routing != "hash"],
-                         ids=[c[0] for c in CONFIGS if c[1].routing != "hash"])
-def test_merge_network_matches_reference(name, config, tol, monkeypatch):
-    """One row a warp with the merge network (MERGE_TOPK) forced: every config whose tile fits one warp routes
-    like the reference, with exact and (sigmoid, sqrt-softplus) fast keys, and with each shared-slot layout."""
-    import moegate.kernels.router as kr
-
-    g, gs = kr._tile_shape(config)
-    if g * gs > 512:
-        pytest.skip("tiles past 512 lanes take more than one warp: no merge")
-    _force_merge(True, monkeypatch)
-    T = 1024 if FULL else 6
-    logits = tie_free_logits(T, config.num_scored, seed=5)
-    kw = extras(config, T, seed=5)
-    seen = _launch_kwargs(logits.cpu(), config, **{k: v.cpu() for k, v in kw.items()})
-    assert seen["MERGE_TOPK"] >= config.top_k or seen["TRUNCATE_WORDS"], seen["MERGE_TOPK"]
-    for fast in (None, True) if config.scoring != "softmax" else (None,):
-        monkeypatch.setattr(kr, "approx_keys_override", fast)
-        run_both(logits, config, tol=tol, near_ties=config.has_correction_bias, **kw)
-    if name == "sigmoid-bias-rsf":
-        monkeypatch.setattr(kr, "approx_keys_override", None)
-        _every_layout_padded(config, tol, (1, 7))
-
-
-def test_merge_network_only_where_it_applies(monkeypatch):
-    """MERGE_TOPK: a power of two >= the rounds the row needs, only for one row on one warp (the launcher's
-    T=1 shape for rows up to 512 lanes), never for packed rows, rows a thread, split rows or wide tiles; off
-    by default past MERGE_TOPK_MAX_TOKENS."""
-    import moegate.kernels.router as kr
-
-    monkeypatch.setattr(kr, "merge_topk_override", True)
-    x = torch.randn(1, 256)
-    seen = _launch_kwargs(x, RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8,
-                                          topk_group=4), bias=torch.zeros(256))
-    assert seen["MERGE_TOPK"] == 8 and seen["BLOCK_KC"] == 32  # exact keys: K rounds
-    seen = _launch_kwargs(x, RouterConfig(256, 8))  # renormalized softmax on the logits: K + 1 words
-    assert seen["LOGIT_KEYS"] and seen["MERGE_TOPK"] == 16
-    seen = _launch_kwargs(torch.randn(1, 512), RouterConfig(512, 22, scoring="sigmoid"))  # shifted distances
-    assert seen["DIST_SHIFT"] > 0 and seen["MERGE_TOPK"] == 32
-    assert _launch_kwargs(torch.randn(1, 1024), RouterConfig(1024, 8, scoring="sigmoid"))["MERGE_TOPK"] == 0
-    assert _launch_kwargs(torch.randn(1, 256), RouterConfig(256, 32, scoring="sigmoid",
-                                                            has_correction_bias=True),
-                          bias=torch.zeros(256))["MERGE_TOPK"] == 32
-    assert _launch_kwargs(torch.randn(1, 512), RouterConfig(512, 32, scoring="sigmoid"))["MERGE_TOPK"] == 0  # 33
-    monkeypatch.setattr(kr, "launch_override", (4, 1))
-    assert _launch_kwargs(x, RouterConfig(256, 8))["MERGE_TOPK"] == 0
-    monkeypatch.setattr(kr, "launch_override", None)
-    seen = _launch_kwargs(torch.randn(64, 8), RouterConfig(8, 2))
-    assert seen["THREAD_ROWS"] and seen["MERGE_TOPK"] == 0
-    monkeypatch.setattr(kr, "merge_topk_override", None)
-    T = kr.MERGE_TOPK_MAX_TOKENS + 1
-    assert _launch_kwargs(torch.randn(T, 256), RouterConfig(256, 8, scoring="sigmoid"))["MERGE_TOPK"] == 0
 
 
 def _thread_row_configs():

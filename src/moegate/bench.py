@@ -306,8 +306,6 @@ AB_VARIANTS = {
     "thread-rows": {"thread_rows_override": True},  # one row a thread (ungrouped rows up to 32 lanes)
     "warp-rows": {"thread_rows_override": False},  # rows on warps (the path of wide rows)
     "no-split": {"split_rows_override": 0},  # rows on warps (or one a thread) where the launcher splits them
-    "merge": {"merge_topk_override": True},  # one row a warp: the best words by a merge network (MERGE_TOPK)
-    "rounds": {"merge_topk_override": False},  # ... by K (+ 1) rounds of reductions
 }
 # Split rows (ungrouped rows on Q threads each): the launcher's warps (split-Q) and w warps (split-QwW).
 for _q in (2, 4, 8, 16):

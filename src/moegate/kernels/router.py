@@ -67,13 +67,6 @@ APPROX_REPAIR_MAX_TOKENS = 16384
 # True) or never (False).
 logit_keys_override: bool | None = None
 force_exact_override: bool = False
-# One row a program on one warp: the best words of a row at once by a merge network (the kernel's MERGE_TOPK,
-# _merge_topk: each thread sorts its words, five butterfly levels merge thread pairs' lists) instead of K (+ 1)
-# rounds of reductions. A chain about 5 shuffles deep where the rounds are 5 K deep, for ~15% more
-# instructions a DeepSeek-V3 row (sm_90 SASS: 809 against 705): forced on (True) where it applies, off
-# (False), or the heuristic (None): launches of at most MERGE_TOPK_MAX_TOKENS rows.
-merge_topk_override: bool | None = None
-MERGE_TOPK_MAX_TOKENS = 0
 # Diagnostics (the benchmark's --fallbacks): an int32 [3] device tensor that the launches add to: programs
 # that left the fast path and redid their rows, programs that repaired a row (_approx_repair), programs.
 # None (the default): nothing counted, nothing compiled in.
@@ -319,14 +312,6 @@ def _launch(
     if logit_keys_override is not None:
         logit_keys = logit_keys and logit_keys_override
     select_truncated = select_truncated and not logit_keys and not spec.THREAD_ROWS and not spec.SPLIT_ROWS
-    dist_shift = lane_bits - 8 if (lane_bits >= DIST_SHIFT_MIN_LANE_BITS
-                                   or (lane_bits == 9 and spec.K >= DIST_SHIFT_512_MIN_K)) else 0
-    merge_able = (spec.block_m == 1 and spec.num_warps == 1 and block_g * block_gs >= 32 and not select_truncated
-                  and not spec.THREAD_ROWS and not spec.SPLIT_ROWS and not spec.HASH and not approx_repair
-                  and spec.K + spec.C <= 32)
-    rounds = spec.K + (1 if (approx_keys or logit_keys or dist_shift) else 0)
-    merge = T <= MERGE_TOPK_MAX_TOKENS if merge_topk_override is None else merge_topk_override
-    merge_topk = triton.next_power_of_2(rounds) if (merge and merge_able and rounds <= 32) else 0
     use_pdl = _use_pdl(logits.device, T)
     extra = {"launch_pdl": True} if use_pdl else {}
     rk._route_kernel[grid](
@@ -359,14 +344,13 @@ def _launch(
         LANE_BITS=lane_bits, TRUNCATE_WORDS=select_truncated,
         BLOCK_G=block_g, BLOCK_GS=block_gs,
         # One row a program: one more column for the (K + 1)-th round's word of the margin checks (two with the repair).
-        # The merge's columns are the warp's 32 threads.
-        BLOCK_KC=32 if merge_topk else triton.next_power_of_2(
-            spec.K + spec.C + (2 if approx_repair else 1 if spec.block_m == 1 else 0)),
-        DIST_SHIFT=dist_shift,
+        BLOCK_KC=triton.next_power_of_2(spec.K + spec.C + (2 if approx_repair else 1 if spec.block_m == 1 else 0)),
+        DIST_SHIFT=lane_bits - 8 if (lane_bits >= DIST_SHIFT_MIN_LANE_BITS
+                                     or (lane_bits == 9 and spec.K >= DIST_SHIFT_512_MIN_K)) else 0,
         HAS_SCALE=logit_scale != 1.0, TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, APPROX_REPAIR=approx_repair,
         LOGIT_KEYS=logit_keys,
         THREAD_ROWS=bool(spec.THREAD_ROWS), SPLIT_ROWS=spec.SPLIT_ROWS,
-        FORCE_EXACT=force_exact_override, MERGE_TOPK=merge_topk, COUNT_FALLBACKS=count_fallbacks_into is not None,
+        FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None,
         USE_PDL=use_pdl, ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )

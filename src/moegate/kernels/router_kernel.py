@@ -551,158 +551,6 @@ def _fold(vs, N: tl.constexpr, OP: tl.constexpr):
     return vs[0]
 
 
-@triton.constexpr_function
-def _log2_const(n):
-    return int(n).bit_length() - 1
-
-
-@triton.constexpr_function
-def _xor_const(i, j):
-    return int(i) ^ int(j)
-
-
-@triton.constexpr_function
-def _keeps_max(i, j, kb):
-    """Whether entry i of a bitonic stage (partner i ^ j, blocks of kb) keeps the larger value."""
-    i, j, kb = int(i), int(j), int(kb)
-    return (i < (i ^ j)) == ((i & kb) == 0)
-
-
-@triton.jit
-def _cas_stage(v, N: tl.constexpr, J: tl.constexpr, KB: tl.constexpr):
-    """One stage of a bitonic network on a tuple of N same-shape tensors (in each thread): entry i meets
-    entry i ^ J; blocks of KB entries with (i & KB) == 0 sort descending, the others ascending (KB = N: all
-    descending). Each entry's new value depends only on the two old ones: no tuple is mutated."""
-    out = ()
-    for i in tl.static_range(N):
-        if _keeps_max(i, J, KB):
-            out = out + (tl.maximum(v[i], v[_xor_const(i, J)]),)
-        else:
-            out = out + (tl.minimum(v[i], v[_xor_const(i, J)]),)
-    return out
-
-
-@triton.jit
-def _bitonic_sort(v, LOG_N: tl.constexpr):
-    """Sort a tuple of 2**LOG_N same-shape tensors descending, entry by entry (inside each thread)."""
-    N: tl.constexpr = 1 << LOG_N
-    for s in tl.static_range(1, LOG_N + 1):
-        for t in tl.static_range(s):
-            v = _cas_stage(v, N, 1 << (s - 1 - t), (1 << s) if s < LOG_N else N)
-    return v
-
-
-@triton.jit
-def _bitonic_clean(v, LOG_N: tl.constexpr):
-    """Sort a bitonic tuple of 2**LOG_N tensors descending: log2 N stages."""
-    N: tl.constexpr = 1 << LOG_N
-    for t in tl.static_range(LOG_N):
-        v = _cas_stage(v, N, 1 << (LOG_N - 1 - t), N)
-    return v
-
-
-@triton.jit
-def _keep_top(v, N: tl.constexpr, R: tl.constexpr):
-    """Entries past R of a sorted tuple back to the constant INT32_MIN (the compiler folds what meets them)."""
-    out = ()
-    for i in tl.static_range(N):
-        if i < R:
-            out = out + (v[i],)
-        else:
-            out = out + (tl.full(v[0].shape, INT32_MIN, tl.int32),)
-    return out
-
-
-@triton.jit
-def _tile_entries(fast, BLOCK_W: tl.constexpr, LOG_N: tl.constexpr):
-    """The words of a [1, BLOCK_W] tile as a tuple of N = BLOCK_W / 32 tensors [32]: which lanes land in which
-    entry does not matter to a top-K, only that the 32 positions of each entry are 32 threads."""
-    N: tl.constexpr = 1 << LOG_N
-    # Lane (r * 32 + t) * V + v at [t, r * V + v], V = min(N, 4): the row tile puts V adjacent lanes in a
-    # thread (128-bit loads) and wraps around the warp, so this is the layout it already has.
-    V: tl.constexpr = 4 if N >= 4 else N
-    t = tl.reshape(tl.permute(tl.reshape(fast, [N // V, 32, V]), (1, 0, 2)), [32, N])
-    v = (t,)
-    for lvl in tl.static_range(LOG_N):
-        n2 = ()
-        for e in tl.static_range(1 << lvl):
-            a, b = tl.split(tl.reshape(v[e], [32, N >> (lvl + 1), 2]))
-            n2 = n2 + (a, b)
-        v = n2
-    out = ()
-    for e in tl.static_range(N):
-        out = out + (tl.reshape(v[e], [32]),)
-    return out
-
-
-@triton.jit
-def _xor_combine(a, b):
-    return a ^ b
-
-
-@triton.jit
-def _partner(t, M: tl.constexpr):
-    """Position q ^ M of a [32] tensor at position q (M a power of 2 below 32): the xor of the pair (a
-    reduction over an axis of 2, one shuffle) xor the own value, which the compiler folds away."""
-    u = tl.reshape(t, [32 // (2 * M), 2, M])
-    u = tl.broadcast_to(tl.reduce(u, 1, _xor_combine, keep_dims=True), [32 // (2 * M), 2, M])
-    return t ^ tl.reshape(u, [32])
-
-
-@triton.jit
-def _merge_topk(fast, BLOCK_W: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr):
-    """The R (<= 2**LOG_R) largest words of a [1, BLOCK_W] tile of one warp, descending, as a tuple of 2**LOG_R
-    tensors [32] that hold the same values in every thread (entries past R: INT32_MIN).
-
-    Each thread sorts its BLOCK_W / 32 words (a bitonic network; in chunks of 2**LOG_R merged pairwise when it
-    holds more), then five butterfly levels merge the sorted lists of thread pairs: position i takes the max of
-    one list's i-th and the other's (R - 1 - i)-th word (a bitonic sequence that holds the R largest of both),
-    which a bitonic clean sorts again. Every level is one shuffle a word and in-thread compares: the chain
-    is about 5 shuffles deep where K rounds of reductions are 5 K deep."""
-    LOG_N: tl.constexpr = _log2_const(BLOCK_W // 32)
-    P: tl.constexpr = 1 << LOG_R
-    ws = _tile_entries(fast, BLOCK_W, LOG_N)
-    if LOG_N <= LOG_R:
-        # Pad to P entries (INT32_MIN constants), sort.
-        v = ()
-        for i in tl.static_range(P):
-            if i < (1 << LOG_N):
-                v = v + (ws[i],)
-            else:
-                v = v + (tl.full([32], INT32_MIN, tl.int32),)
-        v = _keep_top(_bitonic_sort(v, LOG_R), P, R)
-    else:
-        # Chunks of P sorted, then merged pairwise to the top R.
-        CH: tl.constexpr = 1 << (LOG_N - LOG_R)
-        chunks = ()
-        for c in tl.static_range(CH):
-            w = ()
-            for i in tl.static_range(P):
-                w = w + (ws[c * P + i],)
-            chunks = chunks + (_keep_top(_bitonic_sort(w, LOG_R), P, R),)
-        v = chunks[0]
-        for c in tl.static_range(1, CH):
-            o = chunks[c]
-            m = ()
-            for i in tl.static_range(P):
-                m = m + (tl.maximum(v[i], o[P - 1 - i]),)
-            v = _keep_top(_bitonic_clean(m, LOG_R), P, R)
-    for lvl in tl.static_range(5):
-        # Thread q merges its list with thread q ^ 2**lvl's; the two get the same set in mirrored order,
-        # which the clean sorts into the same list.
-        m = ()
-        for i in tl.static_range(P):
-            # Entries past R are INT32_MIN in both lists: no shuffle of them, no max with them.
-            if P - 1 - i >= R:
-                m = m + (v[i],)
-            elif i >= R:
-                m = m + (_partner(v[P - 1 - i], 1 << lvl),)
-            else:
-                m = m + (tl.maximum(v[i], _partner(v[P - 1 - i], 1 << lvl)),)
-        v = _keep_top(_bitonic_clean(m, LOG_R), P, R)
-    return v
-
-
 @triton.jit
 def _split_exact(his, kc, E: tl.constexpr, K: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_KC: tl.constexpr, BLOCK_W: tl.constexpr):
@@ -930,7 +778,6 @@ def _route_kernel(
     THREAD_ROWS: tl.constexpr,  # narrow rows without groups, one a thread (_thread_rows)
     SPLIT_ROWS: tl.constexpr,  # 0, or rows without groups on this many threads each (_split_rows)
     FORCE_EXACT: tl.constexpr,  # every row takes the exact path (tests)
-    MERGE_TOPK: tl.constexpr,  # 0, or one row a program: the best words by a bitonic top-MERGE_TOPK (tl.topk)
     COUNT_FALLBACKS: tl.constexpr,  # count the programs that leave the fast path into stats_ptr (diagnostics)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     ACCURATE: tl.constexpr,
@@ -1058,23 +905,12 @@ def _route_kernel(
             # INT32_MIN (a row that needs them, with fewer than K allowed lanes, takes the exact path).
             fast = tl.where((hi > INT32_MIN) & ok2, (dist << LANE_BITS) | inv[None, :], INT32_MIN)  # [1, BW]
             f_col = tl.arange(0, BLOCK_KC)
+            best = tl.max(tl.max(fast, axis=1), axis=0)
+            wk = tl.where(f_col == 0, best, INT32_MIN)  # round i's word at i
+            wn = tl.full([BLOCK_KC], INT32_MIN, tl.int32)  # round i + 1's word at i
             ROUNDS: tl.constexpr = K + 2 if APPROX_REPAIR else (K + 1 if (DIST_SHIFT > 0 or APPROX_KEYS or LOGIT_KEYS)
                                                                  else K)
-            if MERGE_TOPK > 0:
-                # The ROUNDS best words at once (_merge_topk), in every thread; column i of wk takes the i-th.
-                tl.static_assert((BLOCK_KC == 32) and (BLOCK_W >= 32), "the merge needs one warp, 32 columns")
-                top = _merge_topk(fast, BLOCK_W, ROUNDS, _log2_const(MERGE_TOPK))
-                wk = tl.full([BLOCK_KC], INT32_MIN, tl.int32)
-                wn = tl.full([BLOCK_KC], INT32_MIN, tl.int32)
-                for i in tl.static_range(ROUNDS):
-                    wk = tl.where(f_col == i, top[i], wk)
-                    if i > 0:
-                        wn = tl.where(f_col == i - 1, top[i], wn)
-            else:
-                best = tl.max(tl.max(fast, axis=1), axis=0)
-                wk = tl.where(f_col == 0, best, INT32_MIN)  # round i's word at i
-                wn = tl.full([BLOCK_KC], INT32_MIN, tl.int32)  # round i + 1's word at i
-            for i in tl.static_range(1, ROUNDS if MERGE_TOPK == 0 else 1):
+            for i in tl.static_range(1, ROUNDS):
                 # The next word down without marking the winners: best - 1 - word, as unsigned, is below
                 # 2**31 for the allowed words under best and wraps past it for best itself and the words
                 # above it (and for INT32_MIN lanes once best >= 1). One add and one min a lane, where
