@@ -303,6 +303,9 @@ AB_VARIANTS = {
     "one-row": {"launch_override": (1, 1)},  # one row a warp (flat epilogue; logit keys for softmax)
     "two-rows": {"launch_override": (2, 1)},  # two rows a program (the 2-D epilogue and rounds)
     "no-pdl": {"use_pdl_override": False},
+    "pdl-start": {"pdl_trigger_override": 0},  # PDL: the next grid may launch from this one's start
+    "pdl-late": {"pdl_trigger_override": 1},  # ... from the end of the selection (as SGLang's router)
+    "pdl-end": {"pdl_trigger_override": 2},  # ... only when this grid ends
     "thread-rows": {"thread_rows_override": True},  # one row a thread (ungrouped rows up to 32 lanes)
     "warp-rows": {"thread_rows_override": False},  # rows on warps (the path of wide rows)
     "no-split": {"split_rows_override": 0},  # rows on warps (or one a thread) where the launcher splits them

@@ -106,6 +106,11 @@ TILE_WEIGHTS_MAX_LANES_PER_THREAD = 1
 # past one wave of programs it is left off (run 4 measured Qwen3 at T >= 8192 1.3-1.8x slower than run 3
 # with nearly the same SASS; PDL is the likely cause, not confirmed).
 PDL_MAX_TOKENS = 4096
+# Where a PDL launch lets the next grid start (the kernel's PDL_TRIGGER): 0 at its start, 1 after the selection
+# (before the epilogue's stores), 2 never (the next grid launches when this one ends). Forced by the
+# benchmark's A/B (pdl_trigger_override) or PDL_TRIGGER.
+PDL_TRIGGER = 0
+pdl_trigger_override: int | None = None
 # Distance words drop low ulp bits from 1024 lanes up (896 experts: 25% of rows on the exact path without,
 # 0.1% with; run 4: 532 -> 443 us at T=65536), and at 512 lanes for K >= 16, where the K-th winner sits
 # far below the best (512 top-22, run 4: the exact-path spikes of run 3 gone, 10.45 -> 4.38 us at T=64,
@@ -351,7 +356,8 @@ def _launch(
         LOGIT_KEYS=logit_keys,
         THREAD_ROWS=bool(spec.THREAD_ROWS), SPLIT_ROWS=spec.SPLIT_ROWS,
         FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None,
-        USE_PDL=use_pdl, ACCURATE=not _interpreting(),
+        USE_PDL=use_pdl, PDL_TRIGGER=PDL_TRIGGER if pdl_trigger_override is None else pdl_trigger_override,
+        ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )
 

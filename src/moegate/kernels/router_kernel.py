@@ -780,13 +780,15 @@ def _route_kernel(
     FORCE_EXACT: tl.constexpr,  # every row takes the exact path (tests)
     COUNT_FALLBACKS: tl.constexpr,  # count the programs that leave the fast path into stats_ptr (diagnostics)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
+    PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
 ):
     if USE_PDL:
         # Nothing is read before the previous kernel's writes are visible; the next kernel may start its
         # launch now (it waits for this one to finish in its own gdc_wait).
         gdc_wait()
-        gdc_launch_dependents()
+        if PDL_TRIGGER == 0:
+            gdc_launch_dependents()
     if COUNT_FALLBACKS:
         tl.atomic_add(stats_ptr + 2, 1)
     # LOGIT_KEYS with unshifted distance words: the winners' logits come out of their words.
@@ -1095,6 +1097,8 @@ def _route_kernel(
         e_live = live[:, None]
         e_max = row_max[:, None]
         e_sum = row_sum[:, None]
+    if USE_PDL and PDL_TRIGGER == 1:
+        gdc_launch_dependents()  # after the selection, before the epilogue (where SGLang's router signals)
     e_routed = e_col < K
     e_mask = e_row_ok & e_routed  # routed columns of real rows
     e_base = logits_ptr + e_row * logits_row_stride
