@@ -776,6 +776,22 @@ def test_fast_sqrtsoftplus_keys_at_one_row_or_large_T(T, monkeypatch):
                           hash_table=table)["APPROX_KEYS"] is False
 
 
+def test_pdl_trigger_after_the_selection_only_for_small_one_row_launches(monkeypatch):
+    """PDL_TRIGGER: 1 (the next grid launches once the selection is done) for one row a program up to
+    PDL_LATE_MAX_TOKENS, 0 (from the start) for larger launches and rows packed a thread; the override wins."""
+    import moegate.kernels.router as kr
+
+    config = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    bias = torch.zeros(256)
+    for T, want in ((1, 1), (kr.PDL_LATE_MAX_TOKENS, 1), (kr.PDL_LATE_MAX_TOKENS + 1, 0), (4096, 0)):
+        seen = _launch_kwargs(torch.randn(T, 256), config, bias=bias)
+        assert seen["PDL_TRIGGER"] == want, T
+    seen = _launch_kwargs(torch.randn(16, 8), RouterConfig(8, 2))
+    assert seen["THREAD_ROWS"] and seen["PDL_TRIGGER"] == 0
+    monkeypatch.setattr(kr, "pdl_trigger_override", 2)
+    assert _launch_kwargs(torch.randn(1, 256), config, bias=bias)["PDL_TRIGGER"] == 2
+
+
 def test_softmax_logit_keys_only_where_they_hold():
     """The launcher selects on logits only for renormalized softmax without bias, groups or hash routing,
     one row a program, and renorm_eps far below the weights' sum; every other softmax keeps its scores."""

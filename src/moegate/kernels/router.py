@@ -107,9 +107,12 @@ TILE_WEIGHTS_MAX_LANES_PER_THREAD = 1
 # with nearly the same SASS; PDL is the likely cause, not confirmed).
 PDL_MAX_TOKENS = 4096
 # Where a PDL launch lets the next grid start (the kernel's PDL_TRIGGER): 0 at its start, 1 after the selection
-# (before the epilogue's stores), 2 never (the next grid launches when this one ends). Forced by the
-# benchmark's A/B (pdl_trigger_override) or PDL_TRIGGER.
-PDL_TRIGGER = 0
+# (before the epilogue's stores), 2 never (the next grid launches when this one ends); forced by the benchmark's
+# A/B (pdl_trigger_override). H200 runs 30-31 (BENCHMARKS.md), after the selection against at the start, one row a
+# program: 0.1-0.25 us faster at T = 16-512 on every 256- and 512-lane shape (DeepSeek-V3 fp32 T=64 2.44 vs
+# 2.60, DeepSeek-V4 T=256 2.58 vs 2.76), level at T = 1024, slower from T = 2048 on the 256-lane shapes
+# (DeepSeek-V3 T=4096 7.79 vs 6.00); one row a thread (Mixtral) level or 0.05 us slower: at the start there.
+PDL_LATE_MAX_TOKENS = 512
 pdl_trigger_override: int | None = None
 # Distance words drop low ulp bits from 1024 lanes up (896 experts: 25% of rows on the exact path without,
 # 0.1% with; run 4: 532 -> 443 us at T=65536), and at 512 lanes for K >= 16, where the K-th winner sits
@@ -263,6 +266,13 @@ def _use_pdl(device: torch.device, num_tokens: int) -> bool:
     return _pdl_capable(device.index if device.index is not None else torch.cuda.current_device())
 
 
+def _pdl_trigger(num_tokens: int, block_m: int) -> int:
+    """The kernel's PDL_TRIGGER: after the selection for small launches of one row a program, else at the start."""
+    if pdl_trigger_override is not None:
+        return pdl_trigger_override
+    return 1 if (block_m == 1 and num_tokens <= PDL_LATE_MAX_TOKENS) else 0
+
+
 def _launch(
     logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
     weights, ids, packed, rec_ids, rec_count, spec: _Spec, params: list[float],
@@ -356,8 +366,7 @@ def _launch(
         LOGIT_KEYS=logit_keys,
         THREAD_ROWS=bool(spec.THREAD_ROWS), SPLIT_ROWS=spec.SPLIT_ROWS,
         FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None,
-        USE_PDL=use_pdl, PDL_TRIGGER=PDL_TRIGGER if pdl_trigger_override is None else pdl_trigger_override,
-        ACCURATE=not _interpreting(),
+        USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )
 
