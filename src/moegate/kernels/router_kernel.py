@@ -722,18 +722,21 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
 
 @triton.jit(do_not_specialize=["num_valid", "num_tokens", "home_rank", "hash_vocab"])
 def _route_kernel(
-    logits_ptr, logits_row_stride, logits_col_stride,
-    bias_ptr, bias_stride,
+    # What every launch reads first, in one 64-byte line of the parameter bank (0x210-0x23f on sm_90): each
+    # further line is a constant-cache miss on the row's path (Nsight Compute, H200: the lines of num_tokens,
+    # num_valid and rsf cost ~4% of a T=64 launch when they lay apart).
+    logits_ptr, weights_ptr, ids_ptr, bias_ptr,
+    logits_row_stride, num_tokens, renorm_eps, rsf,
+    num_valid, shared_weight, home_rank, logit_scale, softcap, renorm_p, inv_renorm_p,
+    logits_col_stride, bias_stride,
     expert_scale_ptr, expert_scale_stride,
-    num_valid_ptr, num_valid,
+    num_valid_ptr,
     token_ids_ptr, token_ids_stride,
     hash_table_ptr, hash_row_stride, hash_col_stride, hash_vocab,
     l2p_ptr, replica_count_ptr,
-    weights_ptr, ids_ptr, packed_ptr,
+    packed_ptr,
     rec_ids_ptr, rec_row_stride, rec_count_ptr,
     stats_ptr,  # COUNT_FALLBACKS: int32 [3], programs that redid their rows, repaired a row, ran
-    num_tokens, home_rank,
-    logit_scale, softcap, renorm_eps, renorm_p, inv_renorm_p, rsf, shared_weight,
     K: tl.constexpr,  # routed columns
     C: tl.constexpr,  # shared columns (0 or S)
     N_GROUP: tl.constexpr,
@@ -761,6 +764,7 @@ def _route_kernel(
     SLOTS_PER_RANK: tl.constexpr,  # L
     NUM_PHYSICAL: tl.constexpr,  # P
     VALID_FROM_PTR: tl.constexpr,
+    HAS_PADDING: tl.constexpr,  # num_valid < num_tokens (an int); without it and VALID_FROM_PTR every row is live
     HAS_RECORDER: tl.constexpr,
     HAS_PACKED: tl.constexpr,
     BLOCK_M: tl.constexpr,  # rows per program
@@ -799,9 +803,11 @@ def _route_kernel(
     rows64 = rows.to(tl.int64)  # row offsets in int64: T * W passes 2**31 at T=8M, W=256
     if VALID_FROM_PTR:
         n_valid = tl.load(num_valid_ptr).to(tl.int64)  # read on the device: no host sync under graphs
+        live = row_ok & (rows64 < n_valid)  # [BM] step 11
+    elif HAS_PADDING:
+        live = row_ok & (rows64 < num_valid.to(tl.int64))
     else:
-        n_valid = num_valid.to(tl.int64)
-    live = row_ok & (rows64 < n_valid)  # [BM] step 11
+        live = row_ok
     row_base = logits_ptr + rows64 * logits_row_stride  # [BM]
 
     kc = tl.arange(0, BLOCK_KC)  # [BKC] output columns
