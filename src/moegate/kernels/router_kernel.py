@@ -29,7 +29,7 @@ Launch. On sm_90+ small launches use programmatic dependent launch (as SGLang's 
 ``gdc_wait`` before the first read, so the launch overlaps the previous kernel's tail.
 
 Numerics. Everything is fp32 (SPEC.md). On the GPU, exp/log1p/tanh/pow come from libdevice and
-divisions, reciprocals and square roots are IEEE-rounded (div_rn, rcp.rn, sqrt_rn): Triton's default exp is ex2.approx
+divisions and square roots are IEEE-rounded (div_rn, sqrt_rn): Triton's default exp is ex2.approx
 after a multiply by log2(e), whose rounding alone costs up to ~5e-7 relative at |x| ~ 8, half the 1e-6
 budget the tests hold the weights to. The interpreter (TRITON_INTERPRET=1, the CPU lane of the tests)
 cannot call libdevice, so ACCURATE=False spells the same functions with numpy-backed primitives.
@@ -63,16 +63,6 @@ TRUNC_FLOOR = tl.constexpr(-2147418112)  # INT32_MIN + 65536, a multiple of ever
 def _div(a, b):
     """IEEE-rounded a / b (torch's division); div_rn does not broadcast, so b is spread over a's shape."""
     return tl.div_rn(a, tl.zeros_like(a) + b)
-
-
-@triton.jit
-def _rcp(y, ACCURATE: tl.constexpr):
-    """IEEE-rounded 1 / y (rcp.rn.f32: the same bits as torch's 1 / y, div_rn(1, y)); the interpreter divides."""
-    if ACCURATE:
-        r = tl.inline_asm_elementwise("rcp.rn.f32 $0, $1;", "=f,f", [y], dtype=tl.float32, is_pure=True, pack=1)
-    else:
-        r = 1.0 / y
-    return r
 
 
 @triton.jit
@@ -143,7 +133,7 @@ def _score(x, row_max, row_sum, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
         e = _exp(x - row_max, ACCURATE)
         s = tl.where(row_sum > 0, _div(e, row_sum), 0.0)
     elif SCORING == 1:
-        s = _rcp(1.0 + _exp(-x, ACCURATE), ACCURATE)
+        s = _div(tl.full(x.shape, 1.0, tl.float32), 1.0 + _exp(-x, ACCURATE))
     else:
         softplus = tl.where(x > 20.0, x, _log1p(_exp(tl.minimum(x, 20.0), ACCURATE), ACCURATE))
         s = tl.sqrt_rn(softplus)
