@@ -39,13 +39,17 @@ class _Capture:
 def compile_launch(logits, config, layout, bias=None, use_pdl=False, **route_kwargs):
     """The compiled kernel (sm_90) of the launch that route_triton would make for these inputs."""
     kernel, capture = rk._route_kernel, _Capture()
+    interpret = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"  # let route_triton accept CPU tensors; the kernel is not run
     rk._route_kernel = capture
     try:
         kr.route_triton(logits, config, layout, bias=bias, **route_kwargs)
     finally:
         rk._route_kernel = kernel
-        os.environ.pop("TRITON_INTERPRET")
+        if interpret is None:
+            os.environ.pop("TRITON_INTERPRET")
+        else:
+            os.environ["TRITON_INTERPRET"] = interpret
     kwargs = dict(capture.kwargs)
     kwargs["ACCURATE"] = True
     kwargs["USE_PDL"] = use_pdl
@@ -72,6 +76,13 @@ def registers(compiled) -> int:
         out = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
     m = re.search(r"REG:(\d+)", out)
     return int(m.group(1)) if m else -1
+
+
+def param_lines(compiled) -> list[int]:
+    """The 64-byte lines of the kernel-parameter bank (c[0x0][0x210] on, sm_90) that the SASS reads: each is a
+    constant-cache miss the first time a launch touches it (BENCHMARKS.md run 32)."""
+    addrs = {int(a, 16) for a in re.findall(r"c\[0x0\]\[(0x[0-9a-f]+)\]", compiled.asm["sass"])}
+    return sorted({a & ~63 for a in addrs if a >= 0x210})
 
 
 def sass_counts(compiled) -> collections.Counter:
@@ -210,7 +221,8 @@ def main(argv=None) -> int:
         spills = sum(counts[k] for k in ("STL", "LDL"))
         print(f"{name:18s} T={a.tokens:<6d} block_m={block_m} warps={num_warps} regs={registers(compiled):3d} "
               f"local={spills} "
-              f"sass={total} fast_path~{fast_path_estimate(compiled)}")
+              f"sass={total} fast_path~{fast_path_estimate(compiled)} "
+              f"params={','.join(hex(line) for line in param_lines(compiled))}")
         if a.opcodes:
             print("   ", " ".join(f"{k}:{v}" for k, v in counts.most_common()))
         if a.lines:
