@@ -792,6 +792,18 @@ def test_pdl_trigger_after_the_selection_only_for_small_one_row_launches(monkeyp
     assert _launch_kwargs(torch.randn(1, 256), config, bias=bias)["PDL_TRIGGER"] == 2
 
 
+def test_num_valid_read_only_with_padding():
+    """HAS_PADDING (the kernel reads num_valid) only for an int num_valid_tokens below T; a device scalar is read
+    through its pointer (VALID_FROM_PTR); without padding every row is live and num_valid is never read."""
+    config = RouterConfig(256, 8)
+    x = torch.randn(10, 256)
+    for kw, pad, ptr in (({}, False, False), ({"num_valid_tokens": 10}, False, False),
+                         ({"num_valid_tokens": 7}, True, False), ({"num_valid_tokens": 0}, True, False),
+                         ({"num_valid_tokens": torch.tensor(7)}, False, True)):
+        seen = _launch_kwargs(x, config, **kw)
+        assert (seen["HAS_PADDING"], seen["VALID_FROM_PTR"]) == (pad, ptr), kw
+
+
 def test_softmax_logit_keys_only_where_they_hold():
     """The launcher selects on logits only for renormalized softmax without bias, groups or hash routing,
     one row a program, and renorm_eps far below the weights' sum; every other softmax keeps its scores."""
