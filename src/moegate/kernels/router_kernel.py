@@ -788,8 +788,8 @@ def _route_kernel(
     ACCURATE: tl.constexpr,
 ):
     if USE_PDL:
-        # Nothing is read before the previous kernel's writes are visible; the next kernel may start its
-        # launch now (it waits for this one to finish in its own gdc_wait).
+        # Nothing is read before the previous kernel's writes are visible. The next kernel may start its launch
+        # now (PDL_TRIGGER 0) or after the selection (1); it waits for this one to finish in its own gdc_wait.
         gdc_wait()
         if PDL_TRIGGER == 0:
             gdc_launch_dependents()
