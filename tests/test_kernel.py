@@ -885,6 +885,93 @@ def test_thread_rows_match_reference(name, config, tol, monkeypatch):
         _every_layout_padded(config, tol, (0, 1, 70))
 
 
+def _f32(bits):
+    """The fp32 value of int32 bits."""
+    return torch.tensor([bits], dtype=torch.int32).view(torch.float32).item()
+
+
+def _ulps_below(x, n):
+    """x with its bits n lower (n ulps toward zero for x > 0)."""
+    return _f32(torch.tensor([x], dtype=torch.float32).view(torch.int32).item() - n)
+
+
+# Rows of 8 logits for one row a thread with logit keys (_thread_logit_rounds), and whether the row must leave the
+# fast path. Bucket tops: 2.0, 1.5 and -1.25 (signed bits multiples of 16); 2.0 - 12 ulps shares 2.0's bucket.
+_LOW = [-3.0, -3.25, -3.5, -3.75, -4.0, -4.25, -4.5, -4.75]
+_EDGE_ROWS = [
+    # a lower id 12 ulps below a higher one in the same bucket, as the 2nd and 3rd words: the boundary check
+    ("bucket-boundary", {0: 5.0, 3: _ulps_below(2.0, 12), 6: 2.0}, True),
+    # ... as the 1st and 2nd words: the pair check sees them out of order
+    ("bucket-pair", {0: _ulps_below(2.0, 12), 6: 2.0}, True),
+    # exact ties of bf16 values at the boundary and at the top: ties by id, no fallback
+    ("bf16-tie-boundary", {0: 3.0, 1: 1.5, 2: 1.5, 3: 0.25}, False),
+    ("bf16-tie-negative", {0: -0.5, 1: -1.25, 2: -1.25}, False),
+    ("bf16-tie-top", {0: 1.5, 1: 1.5, 2: 0.5}, False),
+    ("signed-zeros", {1: -0.0, 3: 0.0}, False),
+    # NaN payloads that sort below every word and above it, +inf, rows of nothing but -inf
+    ("nan-payloads", {0: 1.0, 2: _f32(0x7FFFFFFF), 4: 0.5, 5: _f32(-1), 6: _f32(-0x7F7FFFFF)}, False),
+    ("nan-canonical", {0: 1.0, 1: float("nan"), 4: 0.5}, True),
+    ("plus-inf", {0: 1.0, 1: float("inf"), 4: 0.5}, True),
+    ("two-plus-inf", {1: float("inf"), 4: float("inf"), 5: 1.0}, True),
+    ("all-neg-inf", {j: float("-inf") for j in range(8)}, True),
+    ("one-live", {**{j: float("-inf") for j in range(8)}, 4: 1.0}, True),
+    # a 2nd score that underflows, subnormals on both sides of zero
+    ("spread", {0: 80.0, 3: 0.0, 5: -80.0}, True),
+    ("subnormals", {0: -1e-45, 2: 1e-45, 5: 0.0, **{j: -1e-45 * 0 - 1.0 - j for j in (1, 3, 4, 6, 7)}}, True),
+]
+
+
+@pytest.mark.parametrize("E,K,forced", [(8, 2, False), (8, 1, False), (8, 8, True), (16, 4, True)],
+                         ids=["mixtral", "top1", "k-is-e", "16-top4"])
+def test_thread_logit_rounds_edge_rows(E, K, forced, monkeypatch):
+    """One row a thread with logit keys (renormalized softmax): each edge row alone in a program of tie-free
+    rows, against the reference (ids exact, weights within 1e-6); for Mixtral's shape, exactly the programs of
+    the rows that the fast path cannot decide are redone on the exact path (bf16 ties, signed zeros and NaN
+    payloads that no winner reads are decided; a misorder inside a word's bucket never is)."""
+    import moegate.kernels.router as kr
+
+    if forced:
+        monkeypatch.setattr(kr, "thread_rows_override", True)
+    config = RouterConfig(E, K, renormalize=True)
+    logits = tie_free_logits(32 * len(_EDGE_ROWS), E, seed=3).clone()
+    for i, (_name, lanes, _redo) in enumerate(_EDGE_ROWS):
+        row = torch.tensor([_LOW[j % 8] - 0.0625 * (j // 8) for j in range(E)])
+        for j, v in lanes.items():
+            row[j] = v
+        logits[32 * i + 5] = row.to(DEVICE)
+    got, (redo, _, programs) = _counted(logits, config)
+    assert programs == len(_EDGE_ROWS)
+    want = route(logits, config, backend="reference")
+    # +inf logits are outside the contract's domain: K distinct valid ids, weights unspecified.
+    inf_rows = torch.isposinf(logits).any(dim=1)
+    ids = got.ids[inf_rows].long()
+    assert ((ids >= 0) & (ids < E)).all() and (ids.sort(dim=1).values.diff(dim=1) > 0).all()
+    keep = ~inf_rows
+    assert_same_routing(type(got)(got.weights[keep], got.ids[keep]), type(want)(want.weights[keep], want.ids[keep]),
+                        logits[keep], config, None)
+    if (E, K) == (8, 2):
+        assert redo == sum(r for _, _, r in _EDGE_ROWS)
+        torch.testing.assert_close(got.ids[32 * 2 + 5], torch.tensor([0, 1], dtype=torch.int32, device=DEVICE))
+        torch.testing.assert_close(got.ids[32 * 5 + 5], torch.tensor([1, 3], dtype=torch.int32, device=DEVICE))
+
+
+@pytest.mark.parametrize("E,K", [(8, 2), (16, 4)])
+def test_thread_logit_rounds_near_ties(E, K, monkeypatch):
+    """One row a thread with logit keys on rows drawn a few ulps apart (every word bucket crowded: ties, values
+    inside one bucket, neighbouring buckets) around 2.0, -1.25, 0 and 1e-38, fp32, against the reference;
+    scores within rounding of each other may go either way, as in every near-tie test."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "thread_rows_override", True)
+    g = torch.Generator().manual_seed(9)
+    T = 256
+    base = torch.tensor([2.0, -1.25, 0.0, 1e-38])[torch.randint(0, 4, (T, 1), generator=g)]
+    bits = base.view(torch.int32) + torch.randint(-40, 41, (T, E), generator=g, dtype=torch.int32)
+    logits = bits.view(torch.float32)
+    logits[::7, 3] = 0.5  # some rows decided by one far winner
+    run_both(logits.to(DEVICE), RouterConfig(E, K, renormalize=True), near_ties=True)
+
+
 @pytest.mark.parametrize("name,config,tol", _thread_row_configs(), ids=[c[0] for c in _thread_row_configs()])
 def test_split_rows_match_reference(name, config, tol, monkeypatch):
     """Rows split over Q threads (SPLIT_ROWS), forced: every ungrouped knob, every layout, fp32 and bf16

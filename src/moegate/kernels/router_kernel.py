@@ -473,6 +473,77 @@ def _thread_exact(xs, row_max, bias_ptr, bias_stride, kc, E: tl.constexpr, K: tl
 
 
 @triton.jit
+def _signed(bits):
+    """fp32 bits <-> int32 with the same order: x >= 0 keeps its bits, x < 0 gets minus its magnitude's bits
+    (-0.0 and +0.0 both 0). Its own inverse. Finite values and infinities map into [-0x7F800000, 0x7F800000]."""
+    return tl.where(bits >= 0, bits, (-bits) + INT32_MIN)
+
+
+@triton.jit
+def _thread_logit_rounds(xs, row_base, col_stride, row_ok, kc, logit_scale, softcap, E: tl.constexpr,
+                         K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr, HAS_SCALE: tl.constexpr,
+                         HAS_SOFTCAP: tl.constexpr, ACCURATE: tl.constexpr):
+    """Step 5 of one row a thread for renormalized softmax, selected on the logits (LOGIT_KEYS), with no score
+    for any lane: (ids [BM, BKC], the winners' exp(x - m) [BM, BKC], ambiguous rows [BM]).
+
+    Word of column j: the logit's signed bits rounded up to a bucket of 2 * B ulps (B = 2**LB >= E), shifted
+    into the high bits, with B - 1 - j in the low LB bits, so that one integer max yields the best bucket and,
+    in it, the lowest id. Every word lies in [-2**30, 2**30), NaN and infinities included, so the next word
+    down is best - 1 - gap with gap the unsigned minimum of best - 1 - word (the warp path's gap rounds: one
+    add and one min a column, no marking, no id carried through a tree). K + 1 rounds; the K winners' logits
+    are read again (L1 hits), exactly. The order is checked, not trusted:
+    - winner i against winner i + 1 on exact logits (_logit_keys_close: a pair in the wrong order, a
+      near-tie, NaN, a -inf winner are all ambiguous; equal logits are ties by id, which the words keep);
+    - the K-th winner against the top of the (K + 1)-th word's bucket, the largest logit any unselected lane
+      can hold. Bucket tops are multiples of 2 * B in signed bits, as bf16 and fp16 logits are: their exact
+      ties at the boundary are not ambiguous.
+    Rows where every check passes have winner 1 at the row max: its exp(x - m) is 1, and m is its logit. NaN
+    and -inf lanes need no masking here: one among the winners fails a check, elsewhere it is not chosen.
+    """
+    LB: tl.constexpr = 1 if E <= 2 else (2 if E <= 4 else (3 if E <= 8 else (4 if E <= 16 else 5)))
+    tl.static_assert(E <= 32, "one row a thread takes rows of at most 32 experts")
+    B: tl.constexpr = 1 << LB
+    words = ()
+    for j in tl.static_range(E):
+        # Wraps for NaN payloads near 0x7FFFFFFF only: such a word is the lowest, still in the range.
+        bucket = (_signed(xs[j].to(tl.int32, bitcast=True)) + (2 * B - 1)) >> (LB + 1)
+        words = words + ((bucket << LB) + (B - 1 - j),)
+    best = _fold(words, E, 0)
+    ROUNDS: tl.constexpr = K + 1 if E > K else K
+    ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
+    w_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.float32)
+    amb = tl.zeros([BLOCK_M], dtype=tl.int1)
+    m = tl.zeros([BLOCK_M], dtype=tl.float32)
+    prev_x = m
+    for i in tl.static_range(ROUNDS):
+        if i > 0:
+            gaps = ()
+            for j in tl.static_range(E):
+                gaps = gaps + ((best - 1 - words[j]).to(tl.uint32, bitcast=True),)
+            best = best - 1 - _fold(gaps, E, 1).to(tl.int32, bitcast=True)
+        if i < K:
+            best_id = (B - 1) - (best & (B - 1))
+            # Rows past T read 0.0 (see _thread_rows); the prologue as in the first read, bit for bit.
+            x = tl.load(row_base + best_id * col_stride, mask=row_ok, other=0.0).to(tl.float32)
+            x = _prologue(x, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+            ids_k = tl.where(kc[None, :] == i, best_id[:, None], ids_k)
+            if i == 0:
+                m = x
+                amb = (tl.abs(m) < float("inf")) == 0  # NaN, +-inf (rows of nothing but -inf among them)
+                w_k = tl.where(kc[None, :] == 0, 1.0, w_k)
+            else:
+                amb = amb | _logit_keys_close(prev_x, x, m)
+                w_k = tl.where(kc[None, :] == i, _exp(x - m, ACCURATE)[:, None], w_k)
+            prev_x = x
+        else:
+            top = _signed((best >> LB) << (LB + 1)).to(tl.float32, bitcast=True)  # the bucket's top
+            amb = amb | _logit_keys_close(prev_x, top, m)
+    if ROUNDS == K:  # no (K + 1)-th expert: the last winner's own depth still counts
+        amb = amb | (prev_x < m - 75.0)
+    return ids_k, w_k, amb & row_ok
+
+
+@triton.jit
 def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc,
                  E: tl.constexpr, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr,
                  SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr, HAS_SCALE: tl.constexpr,
@@ -482,43 +553,55 @@ def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scal
     every reduction along a row stays inside its thread (the max and sum a chain, each round's winner a
     tree), with no shuffle.
 
-    Exact 32-bit keys, or with LOGIT_KEYS (renormalized softmax) the logits themselves, K + 1 rounds and
-    _logit_keys_close between neighbours: no row sum and no division for the E - K losers; a program with
-    a close row reselects on the exact scores. Returns the winners (ids [BM, BKC], their logits through
-    step 1, dead ones -inf) and the softmax row max and sum (0 and 1 for the other scorings; no sum with
-    LOGIT_KEYS), the inputs of step 6.
+    Exact 32-bit keys, or with LOGIT_KEYS (renormalized softmax) the logits themselves (_thread_logit_rounds:
+    no row max, no row sum, no division for the E - K losers); a program with an ambiguous row reselects on
+    the exact scores. Returns the winners (ids [BM, BKC], their logits through step 1, dead ones -inf), the
+    softmax row max and sum (0 and 1 for the other scorings), the LOGIT_KEYS weights before step 7 (exp(x - m)
+    of the winners) and whether the program took the exact path.
     """
     xs = ()
     for j in tl.static_range(E):
         # Rows past T read 0.0, not -inf: an all--inf row's 0 / 0 scores take the IEEE division's slow path,
         # and the one live row of a T=1 launch waited for its 31 idle neighbours there (H200: 3.1 us).
         x = tl.load(row_base + j * col_stride, mask=row_ok, other=0.0).to(tl.float32)
-        x = _prologue(x, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
-        xs = xs + (tl.where((x != x) | (x == float("-inf")), float("-inf"), x),)
+        xs = xs + (_prologue(x, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE),)
     row_max = tl.zeros([BLOCK_M], dtype=tl.float32)
     row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
-    if SCORING == 0:
-        m = xs[0]
-        for j in tl.static_range(1, E):
-            m = tl.maximum(m, xs[j])
-        row_max = tl.where(m > float("-inf"), m, 0.0)
+    xk = tl.full([BLOCK_M, BLOCK_KC], float("-inf"), tl.float32)
     if LOGIT_KEYS:
-        his = ()
-        for j in tl.static_range(E):
-            his = his + (_order_bits(xs[j] + 0.0),)  # -0.0 ties with +0.0 (see _key_bits)
-        ids_k, xk, amb = _thread_rounds(his, xs, kc, E, K, K + 1 if E > K else K, BLOCK_M, BLOCK_KC, True,
-                                        row_max)
+        ids_k, w_k, amb = _thread_logit_rounds(xs, row_base, col_stride, row_ok, kc, logit_scale, softcap, E, K,
+                                               BLOCK_M, BLOCK_KC, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
         if FORCE_EXACT:
             amb = amb | row_ok
         redo = tl.max(amb.to(tl.int32), axis=0)
         if redo > 0:
+            xs, row_max = _thread_dead(xs, E, SCORING)
             ids_k, xk, row_sum = _thread_exact(xs, row_max, bias_ptr, bias_stride, kc, E, K, BLOCK_M, BLOCK_KC,
                                                SCORING, SELECT_LOGITS, HAS_BIAS, ACCURATE)
+            w_k = _exp(xk - row_max[:, None], ACCURATE)
     else:
         redo = tl.max(row_ok.to(tl.int32), axis=0) * 0  # the exact keys are the only path: nothing redone
+        xs, row_max = _thread_dead(xs, E, SCORING)
         ids_k, xk, row_sum = _thread_exact(xs, row_max, bias_ptr, bias_stride, kc, E, K, BLOCK_M, BLOCK_KC,
                                            SCORING, SELECT_LOGITS, HAS_BIAS, ACCURATE)
-    return ids_k, xk, row_max, row_sum, redo
+        w_k = xk
+    return ids_k, xk, row_max, row_sum, w_k, redo
+
+
+@triton.jit
+def _thread_dead(xs, E: tl.constexpr, SCORING: tl.constexpr):
+    """Step 3's NaN rule on the E column vectors (NaN -> -inf) and, for softmax, the row max (0 for a row of
+    nothing but -inf)."""
+    dxs = ()
+    for j in tl.static_range(E):
+        dxs = dxs + (tl.where(xs[j] != xs[j], float("-inf"), xs[j]),)
+    row_max = tl.zeros_like(dxs[0])
+    if SCORING == 0:
+        mx = dxs[0]
+        for j in tl.static_range(1, E):
+            mx = tl.maximum(mx, dxs[j])
+        row_max = tl.where(mx > float("-inf"), mx, 0.0)
+    return dxs, row_max
 
 
 @triton.jit
@@ -858,7 +941,7 @@ def _route_kernel(
             other=0,
         ).to(tl.int32)  # [BM, BKC]
     elif THREAD_ROWS:
-        ids_k, thread_x, row_max, row_sum, redo = _thread_rows(
+        ids_k, thread_x, row_max, row_sum, thread_w, redo = _thread_rows(
             row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc, N_GROUP * GROUP_SIZE,
             K, BLOCK_M, BLOCK_KC, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, LOGIT_KEYS, FORCE_EXACT,
             ACCURATE)
@@ -1140,7 +1223,9 @@ def _route_kernel(
         else:
             xk = _gather_logits(e_base, e_ids, logits_col_stride, e_mask, logit_scale, softcap, HAS_SCALE,
                                 HAS_SOFTCAP, ACCURATE)
-        if LOGIT_KEYS:
+        if THREAD_ROWS and LOGIT_KEYS:
+            w = thread_w  # exp(x - m) of the winners, 1 for the first (_thread_logit_rounds)
+        elif LOGIT_KEYS:
             # exp(x - m) / S renormalized is exp(x - m) renormalized: S cancels up to rounding (a few ulp),
             # and the launcher takes this path only where renorm_eps is below an ulp of the sum.
             w = _exp(xk - e_max, ACCURATE)
@@ -1156,7 +1241,13 @@ def _route_kernel(
                 denom = tl.maximum(norm, renorm_eps)
             else:
                 denom = norm + renorm_eps
-            w = tl.where(denom > 0, _div(w, denom.to(tl.float32)), 0.0)
+            if THREAD_ROWS and LOGIT_KEYS:
+                # One division a row, not K: the norm is >= 1 (the first winner's exp(0)) unless every winner
+                # is dead and w is 0, so the reciprocal is finite and w * (1 / denom) is within an ulp of the
+                # quotient.
+                w = tl.where(denom > 0, w * _div(tl.full(denom.shape, 1.0, tl.float32), tl.maximum(denom, 1.0)), 0.0)
+            else:
+                w = tl.where(denom > 0, _div(w, denom.to(tl.float32)), 0.0)
         if HAS_EXPERT_SCALE:
             scale = tl.load(expert_scale_ptr + e_ids.to(tl.int64) * expert_scale_stride, mask=e_mask, other=1.0)
             w = w * scale.to(tl.float32)
