@@ -475,6 +475,32 @@ def test_bench_table_advances_its_progress_bar_once_per_row(monkeypatch):
     assert bench.bench(["mixtral"], [1], set(), 1, None, set())[0]["moegate"] == 2.0
 
 
+def test_bench_small_launches_are_the_median_of_rounds_in_turn(monkeypatch):
+    """At T <= REPEAT_MAX_TOKENS each provider is timed once a round, the providers in turn, and its figure is
+    the median of its rounds; larger launches are timed once; a provider that fails is dropped from later
+    rounds and reported as None."""
+    import moegate.bench as bench
+
+    calls = []
+    times = iter([5.0, 1.0, 3.0, 2.0, 4.0, 9.0, 7.0, 8.0])
+
+    def fake_time(fn, rep):
+        calls.append(fn)
+        if fn == "peer" and len(calls) > 1:
+            raise RuntimeError("no")
+        return next(times)
+
+    monkeypatch.setattr(bench, "_providers", lambda config, dtype, T, sglang, want: {"moegate": "mg", "floor": "fl",
+                                                                                      "sglang": "peer"})
+    monkeypatch.setattr(bench, "_time", fake_time)
+    monkeypatch.setattr(bench, "_verified", lambda fn, label: 0)
+    rows = bench._bench_rows(["mixtral"], [1, 4096], set(), 1, None, set(), lambda: None, repeats=3)
+    assert calls[:8] == ["mg", "fl", "peer", "mg", "fl", "mg", "fl", "mg"]
+    assert rows[0]["samples"] == {"moegate": [5.0, 3.0, 4.0], "floor": [1.0, 2.0, 9.0], "sglang": None}
+    assert (rows[0]["moegate"], rows[0]["floor"], rows[0]["sglang"]) == (4.0, 2.0, None)
+    assert rows[1]["samples"]["moegate"] == [7.0] and rows[1]["moegate"] == 7.0 and rows[1]["floor"] == 8.0
+
+
 def test_bench_sweep_times_only_launches_the_launcher_accepts(monkeypatch, capsys):
     """The sweep's candidates for each path (split rows at large T, one row a thread, rows on warps) are
     launch shapes that route_triton takes: no candidate is timed as a refused launch."""

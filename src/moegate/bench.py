@@ -1,7 +1,7 @@
 """``python -m moegate.bench``: the fused router side by side with its peers, timed with CUDA graphs.
 
 Providers (each the median of ``triton.testing.do_bench_cudagraph``, so launch gaps and Python
-overhead are out of every number):
+overhead are out of every number; at T <= 1024 the median of --repeats such timings, the providers in turn):
 
 - ``moegate``: ``route(..., backend="triton", out=...)``, the one fused launch.
 - ``sglang``: SGLang's Triton router ``moe_fused_gate`` (sglang 0.5.23), when
@@ -199,15 +199,23 @@ def _geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def bench(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes):
+# Small launches (T <= REPEAT_MAX_TOKENS) are timed in --repeats rounds, the providers in turn each round, and
+# each provider's figure is the median of its rounds: on the H200 one DeepSeek-V3-sized launch at T = 1 timed
+# 0.9-1.8 us from one process to the next (run 35, BENCHMARKS.md), the first timing of a process the slowest,
+# while large launches repeat within 1%.
+REPEAT_MAX_TOKENS = 1024
+
+
+def bench(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, repeats=1):
     from moegate.cli import progress_bar
 
     with progress_bar(unit="shapes x T") as progress:
         task = progress.add_task("bench", total=len(shapes) * len(tokens))
-        return _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, lambda: progress.advance(task))
+        return _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, lambda: progress.advance(task),
+                           repeats)
 
 
-def _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, advance):
+def _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, advance, repeats=1):
     rows = []
     for name in shapes:
         config, dtype = SHAPES[name]
@@ -217,12 +225,19 @@ def _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, advanc
                 want = {"reference", "compiled"} if name in compiled_shapes else {"reference"}
             fns = _providers(config, dtype, T, sglang, want)
             row = {"shape": name, "T": T, "dtype": str(dtype)[6:], "E": config.num_scored, "K": config.top_k}
-            for prov, fn in fns.items():
-                try:
-                    row[prov] = _time(fn, rep)
-                except Exception as exc:  # a peer failing on a shape is a result to print, not a crash
-                    print(f"{name} T={T} {prov}: {type(exc).__name__}: {exc}")
-                    row[prov] = None
+            samples = {prov: [] for prov in fns}
+            for _ in range(repeats if T <= REPEAT_MAX_TOKENS else 1):
+                for prov, fn in fns.items():
+                    if samples[prov] is None:
+                        continue
+                    try:
+                        samples[prov].append(_time(fn, rep))
+                    except Exception as exc:  # a peer failing on a shape is a result to print, not a crash
+                        print(f"{name} T={T} {prov}: {type(exc).__name__}: {exc}")
+                        samples[prov] = None
+            for prov, times in samples.items():
+                row[prov] = None if times is None else sorted(times)[(len(times) - 1) // 2]
+            row["samples"] = samples
             if row.get("moegate") is not None:
                 row["violations"] = _verified(fns["moegate"], f"{name} T={T} moegate")
             nbytes = T * config.num_scored * torch.finfo(dtype).bits // 8 + T * config.top_k * 8
@@ -399,6 +414,9 @@ def main(argv=None) -> int:
     p.add_argument("--compiled-shapes", default=None,
                    help="shapes at which torch.compile of the reference is timed (default: all; compiling is slow)")
     p.add_argument("--rep", type=int, default=20, help="milliseconds of graph replay per measurement")
+    p.add_argument("--repeats", type=int, default=3,
+                   help=f"rounds of the providers in turn at T <= {REPEAT_MAX_TOKENS}; each figure is the median "
+                        "of its rounds (the lower middle for an even count)")
     p.add_argument("--verify-rows", type=int, default=VERIFY_ROWS,
                    help="rows of each timed moegate launch checked against the fp32 reference (0: none)")
     p.add_argument("--fallbacks", action="store_true",
@@ -424,6 +442,8 @@ def main(argv=None) -> int:
         if s not in SHAPES:
             p.error(f"unknown shape {s!r}; valid: {', '.join(SHAPES)}")
     tokens = [int(t) for t in args.tokens.split(",") if t]
+    if args.repeats < 1:
+        p.error(f"--repeats must be >= 1, not {args.repeats}")
     ref_tokens = {int(t) for t in args.ref_tokens.split(",") if t}
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} | {torch.cuda.get_device_name()} | "
           f"torch {torch.__version__} | triton {triton.__version__} | do_bench_cudagraph median, rep={args.rep} ms")
@@ -433,7 +453,7 @@ def main(argv=None) -> int:
     sglang = _load_sglang()
     print(HEADER)
     compiled_shapes = set(shapes if args.compiled_shapes is None else args.compiled_shapes.split(","))
-    rows = bench(shapes, tokens, ref_tokens, args.rep, sglang, compiled_shapes)
+    rows = bench(shapes, tokens, ref_tokens, args.rep, sglang, compiled_shapes, args.repeats)
     print("\n" + HEADER)
     for r in rows:
         print(_format_row(r))
