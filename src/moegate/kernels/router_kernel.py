@@ -711,15 +711,36 @@ def _split_row_sum(xs, row_max, N: tl.constexpr, ACCURATE: tl.constexpr):
 
 
 @triton.jit
-def _split_word_rounds(his, row_max, kc, E: tl.constexpr, K: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr,
-                       BLOCK_KC: tl.constexpr, BLOCK_W: tl.constexpr, LANE_BITS: tl.constexpr,
-                       CHECK_LOGITS: tl.constexpr):
-    """Step 5 of split rows on 32-bit words (the key bits' distance below the row's best << LANE_BITS | inverted
-    id), the next round's word by the unsigned gap below the last one (no marking). Returns (ids [BM, BKC], the
-    winners' keys (the logits with CHECK_LOGITS: K + 1 rounds and _logit_keys_close between neighbours), rows
-    the words cannot decide [BM])."""
+def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc,
+                E: tl.constexpr, K: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr,
+                BLOCK_W: tl.constexpr, LANE_BITS: tl.constexpr, SCORING: tl.constexpr,
+                SELECT_LOGITS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+                HAS_BIAS: tl.constexpr, LOGIT_KEYS: tl.constexpr, FORCE_EXACT: tl.constexpr,
+                ACCURATE: tl.constexpr):
+    """Steps 1-5 for rows without groups on Q threads each (SPLIT_ROWS): column j * Q + q of a row lives in
+    its thread q as entry j of a tuple of N = ceil(E / Q) tensors [BM, Q], so each reduction is a tree
+    inside the thread (_fold) and then one across the Q threads (log2(Q) shuffles), where one row a warp
+    pays five shuffles on every reduction for one row.
+
+    Selection as one row a program: 32-bit words (distance below the row's best key bits << LANE_BITS |
+    inverted id), the next round's word by the unsigned gap below the last one (no marking), the same
+    margin checks on the words, and a program with a row the words cannot decide reloads its rows and
+    takes _split_exact (so that only the words stay live through the rounds).
+    Returns (ids [BM, BKC], the winners' logits through step 1 with LOGIT_KEYS (else unused), row max, row
+    sum), the inputs of step 6.
+    """
     N: tl.constexpr = (E + Q - 1) // Q
     q = tl.arange(0, Q)[None, :]  # [1, Q]
+    xs = _split_load(row_base, col_stride, row_ok, logit_scale, softcap, E, Q, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+    row_max = tl.zeros([BLOCK_M], dtype=tl.float32)
+    row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
+    if SCORING == 0:
+        m = tl.max(_fold(xs, N, 0), axis=1)
+        row_max = tl.where(m > float("-inf"), m, 0.0)
+        if not LOGIT_KEYS:
+            row_sum = _split_row_sum(xs, row_max, N, ACCURATE)
+    his = _split_keys(xs, row_max, row_sum, bias_ptr, bias_stride, E, Q, SCORING, SELECT_LOGITS or LOGIT_KEYS,
+                      HAS_BIAS, ACCURATE)
     # Words: the key's distance below the row's best, exact up to 2**31 / BLOCK_W - 1 ulps, clamped to 0
     # beyond (a winner on the clamp is ambiguous); padding columns INT32_MIN.
     span = (2147483648 // BLOCK_W) - 1
@@ -732,7 +753,7 @@ def _split_word_rounds(his, row_max, kc, E: tl.constexpr, K: tl.constexpr, Q: tl
         if E % Q != 0:  # padding columns
             word = tl.where(his[j] > INT32_MIN, word, INT32_MIN)
         words = words + (word,)
-    ROUNDS: tl.constexpr = K + 1 if CHECK_LOGITS else K
+    ROUNDS: tl.constexpr = K + 1 if LOGIT_KEYS else K
     best = tl.max(_fold(words, N, 0), axis=1)  # [BM]
     # Round i's word at column i of wk, round i + 1's at column i of wn: the checks then run on [BM, BKC]
     # tensors, whose columns spread over the threads (on the [BM] vectors, which every thread of a row holds,
@@ -756,72 +777,29 @@ def _split_word_rounds(his, row_max, kc, E: tl.constexpr, K: tl.constexpr, Q: tl
     # A padding column among the winners (fewer than K allowed columns), or the rounds ran out early.
     amb = cur & ((wk < 0) | ((kc[None, :] < K - 1) & (has_next == 0)))
     k_lo = _key_of32(base[:, None] + d)  # the winners' logits (LOGIT_KEYS, d > 0)
-    if CHECK_LOGITS:
+    if LOGIT_KEYS:
         close = _logit_keys_close(k_lo, _key_of32(base[:, None] + dn), row_max[:, None])
         amb = amb | (cur & ((d == 0) | (k_lo < row_max[:, None] - 75.0) | (has_next & close)))
     else:
         amb = amb | ((kc[None, :] == K - 1) & (d == 0))  # the K-th winner's distance clamped to 0
     amb = tl.max(amb.to(tl.int32), axis=1) > 0
-    ids_k = tl.where(cur, (-(wk & (BLOCK_W - 1))) + (BLOCK_W - 1), 0)
-    xk = tl.where(cur, k_lo, float("-inf"))
-    return ids_k, xk, amb
-
-
-@triton.jit
-def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc,
-                E: tl.constexpr, K: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr,
-                BLOCK_W: tl.constexpr, LANE_BITS: tl.constexpr, SCORING: tl.constexpr,
-                SELECT_LOGITS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-                HAS_BIAS: tl.constexpr, LOGIT_KEYS: tl.constexpr, FORCE_EXACT: tl.constexpr,
-                ACCURATE: tl.constexpr):
-    """Steps 1-5 for rows without groups on Q threads each (SPLIT_ROWS): column j * Q + q of a row lives in
-    its thread q as entry j of a tuple of N = ceil(E / Q) tensors [BM, Q], so each reduction is a tree
-    inside the thread (_fold) and then one across the Q threads (log2(Q) shuffles), where one row a warp
-    pays five shuffles on every reduction for one row.
-
-    Selection as one row a program (_split_word_rounds): 32-bit words (distance below the row's best key bits
-    << LANE_BITS | inverted id), the next round's word by the unsigned gap below the last one (no marking), the
-    same margin checks on the words, and a program with a row the words cannot decide reloads its rows (so
-    that only the words stay live through the rounds) and selects on the exact keys.
-    Returns (ids [BM, BKC], the winners' logits through step 1 with LOGIT_KEYS (else unused), row max, row
-    sum), the inputs of step 6.
-    """
-    N: tl.constexpr = (E + Q - 1) // Q
-    xs = _split_load(row_base, col_stride, row_ok, logit_scale, softcap, E, Q, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
-    row_max = tl.zeros([BLOCK_M], dtype=tl.float32)
-    row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
-    if SCORING == 0:
-        m = tl.max(_fold(xs, N, 0), axis=1)
-        row_max = tl.where(m > float("-inf"), m, 0.0)
-        if not LOGIT_KEYS:
-            row_sum = _split_row_sum(xs, row_max, N, ACCURATE)
-    his = _split_keys(xs, row_max, row_sum, bias_ptr, bias_stride, E, Q, SCORING, SELECT_LOGITS or LOGIT_KEYS,
-                      HAS_BIAS, ACCURATE)
-    ids_k, xk, amb = _split_word_rounds(his, row_max, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W, LANE_BITS, LOGIT_KEYS)
     amb = amb & row_ok
     if FORCE_EXACT:
         amb = amb | row_ok
+    ids_k = tl.where(cur, (-(wk & (BLOCK_W - 1))) + (BLOCK_W - 1), 0)
+    xk = tl.where(cur, k_lo, float("-inf"))
     redo = tl.max(amb.to(tl.int32), axis=0)
     if redo > 0:
-        # Steps 1-5 again on the exact keys, from a second read of the rows (L1 / L2 hits). Logit keys: distance
-        # words of the exact scores with gap rounds as above, exact unless a K-th winner's distance is clamped,
-        # and only then 64-bit rounds. H200 (run 38): one program of 2048 on 64-bit rounds alone cost Qwen3 at
-        # T = 4096 1 us of its 4.3.
+        # Steps 1-5 again on the exact keys, from a second read of the rows (L1 / L2 hits).
         xs2 = _split_load(row_base, col_stride, row_ok, logit_scale, softcap, E, Q, HAS_SCALE, HAS_SOFTCAP,
                           ACCURATE)
         if LOGIT_KEYS:
             row_sum = _split_row_sum(xs2, row_max, N, ACCURATE)
         his2 = _split_keys(xs2, row_max, row_sum, bias_ptr, bias_stride, E, Q, SCORING, SELECT_LOGITS, HAS_BIAS,
                            ACCURATE)
-        if LOGIT_KEYS:  # (other keys were exact already: their words left only clamped rows)
-            ids_k, _k, amb2 = _split_word_rounds(his2, row_max, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W, LANE_BITS,
-                                                 False)
-            if tl.max((amb2 & row_ok).to(tl.int32), axis=0) > 0:
-                ids_k = _split_exact(his2, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W)
-        else:
-            ids_k = _split_exact(his2, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W)
-        xk = _gather_logits(row_base[:, None], ids_k, col_stride, row_ok[:, None] & (kc[None, :] < K), logit_scale,
-                            softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+        ids_k = _split_exact(his2, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W)
+        xk = _gather_logits(row_base[:, None], ids_k, col_stride, row_ok[:, None] & cur, logit_scale, softcap,
+                            HAS_SCALE, HAS_SOFTCAP, ACCURATE)
     return ids_k, xk, row_max, row_sum, redo
 
 
