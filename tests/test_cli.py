@@ -501,6 +501,30 @@ def test_bench_small_launches_are_the_median_of_rounds_in_turn(monkeypatch):
     assert rows[1]["samples"]["moegate"] == [7.0] and rows[1]["moegate"] == 7.0 and rows[1]["floor"] == 8.0
 
 
+def test_bench_ab_variants_are_the_median_of_rounds_in_turn(monkeypatch, capsys):
+    """--ab at T <= REPEAT_MAX_TOKENS: the heuristic, each variant (its overrides set only while it is timed)
+    and floor0 in turn each round, each figure the median of its rounds; one round above."""
+    import moegate.bench as bench
+    import moegate.kernels.router as kr
+
+    seen = []
+    times = iter([3.0, 9.0, 1.0, 1.0, 8.0, 2.0, 2.0, 7.0, 3.0, 5.0, 6.0, 4.0])
+
+    def fake_time(fn, rep):
+        seen.append((fn, kr.use_pdl_override))
+        return next(times)
+
+    monkeypatch.setattr(bench, "_providers", lambda config, dtype, T, sglang, want: {"moegate": "mg", "floor0": "f0"})
+    monkeypatch.setattr(bench, "_time", fake_time)
+    monkeypatch.setattr(bench, "_verified", lambda fn, label: 0)
+    bench.ab(["mixtral"], [16, 4096], 1, ["no-pdl"], repeats=3)
+    assert seen[:4] == [("mg", None), ("mg", False), ("f0", None), ("mg", None)] and len(seen) == 12
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[4:] == ["heuristic", "2.00", "no-pdl", "8.00", "floor0", "2.00"]
+    assert out[1].split()[4:] == ["heuristic", "5.00", "no-pdl", "6.00", "floor0", "4.00"]
+    assert kr.use_pdl_override is None
+
+
 def test_bench_sweep_times_only_launches_the_launcher_accepts(monkeypatch, capsys):
     """The sweep's candidates for each path (split rows at large T, one row a thread, rows on warps) are
     launch shapes that route_triton takes: no candidate is timed as a refused launch."""

@@ -332,9 +332,10 @@ for _q in (2, 4, 8, 16):
         AB_VARIANTS[f"split-{_q}w{_w}"] = {"split_rows_override": _q, "launch_override": (32 * _w // _q, _w)}
 
 
-def ab(shapes, tokens, rep, variants=None):
+def ab(shapes, tokens, rep, variants=None, repeats=1):
     """moegate as the heuristic launches it and with each of AB_VARIANTS (or the named ones), on the same
-    inputs."""
+    inputs; at T <= REPEAT_MAX_TOKENS in ``repeats`` rounds (the heuristic, each variant, floor0 in turn), each
+    figure the median of its rounds."""
     import moegate.kernels.router as kr
 
     chosen = {k: v for k, v in AB_VARIANTS.items() if variants is None or k in variants}
@@ -343,22 +344,29 @@ def ab(shapes, tokens, rep, variants=None):
         config, dtype = SHAPES[name]
         for T in tokens:
             fns = _providers(config, dtype, T, None, set())
-            times = {"heuristic": _time(fns["moegate"], rep)}
-            _verified(fns["moegate"], f"ab {name} T={T} heuristic")
-            for label, overrides in chosen.items():
-                saved = {k: getattr(kr, k) for k in overrides}
-                for k, v in overrides.items():
-                    setattr(kr, k, v)
-                try:
-                    times[label] = _time(fns["moegate"], rep)
-                    _verified(fns["moegate"], f"ab {name} T={T} {label}")
-                except Exception as exc:
-                    times[label] = float("nan")
-                    print(f"ab {name} T={T} {label}: {type(exc).__name__}: {str(exc)[:100]}")
-                finally:
-                    for k, v in saved.items():
+            samples = {label: [] for label in ("heuristic", *chosen, "floor0")}
+            for rnd in range(repeats if T <= REPEAT_MAX_TOKENS else 1):
+                samples["heuristic"].append(_time(fns["moegate"], rep))
+                if rnd == 0:
+                    _verified(fns["moegate"], f"ab {name} T={T} heuristic")
+                for label, overrides in chosen.items():
+                    if samples[label] is None:
+                        continue
+                    saved = {k: getattr(kr, k) for k in overrides}
+                    for k, v in overrides.items():
                         setattr(kr, k, v)
-            times["floor0"] = _time(fns["floor0"], rep)
+                    try:
+                        samples[label].append(_time(fns["moegate"], rep))
+                        if rnd == 0:
+                            _verified(fns["moegate"], f"ab {name} T={T} {label}")
+                    except Exception as exc:
+                        samples[label] = None
+                        print(f"ab {name} T={T} {label}: {type(exc).__name__}: {str(exc)[:100]}")
+                    finally:
+                        for k, v in saved.items():
+                            setattr(kr, k, v)
+                samples["floor0"].append(_time(fns["floor0"], rep))
+            times = {k: float("nan") if v is None else sorted(v)[(len(v) - 1) // 2] for k, v in samples.items()}
             print(f"ab {name:18} T={T:>6} " + " ".join(f"{k} {v:6.2f}" for k, v in times.items()), flush=True)
 
 
@@ -415,8 +423,8 @@ def main(argv=None) -> int:
                    help="shapes at which torch.compile of the reference is timed (default: all; compiling is slow)")
     p.add_argument("--rep", type=int, default=20, help="milliseconds of graph replay per measurement")
     p.add_argument("--repeats", type=int, default=3,
-                   help=f"rounds of the providers in turn at T <= {REPEAT_MAX_TOKENS}; each figure is the median "
-                        "of its rounds (the lower middle for an even count)")
+                   help=f"rounds of the providers (and of the --ab variants) in turn at T <= {REPEAT_MAX_TOKENS}; "
+                        "each figure is the median of its rounds (the lower middle for an even count)")
     p.add_argument("--verify-rows", type=int, default=VERIFY_ROWS,
                    help="rows of each timed moegate launch checked against the fp32 reference (0: none)")
     p.add_argument("--fallbacks", action="store_true",
@@ -464,7 +472,7 @@ def main(argv=None) -> int:
         for v in variants or ():
             if v not in AB_VARIANTS:
                 p.error(f"unknown --ab-variants entry {v!r}; valid: {', '.join(AB_VARIANTS)}")
-        ab(shapes, [int(t) for t in args.ab.split(",") if t], args.rep, variants)
+        ab(shapes, [int(t) for t in args.ab.split(",") if t], args.rep, variants, args.repeats)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
