@@ -649,16 +649,20 @@ def _near_tie_softmax_rows(E, seed):
     return torch.cat([ulps, spread, pairs, ties, zeros, far, dead, big, deep, drop, *steps])
 
 
-@pytest.mark.parametrize("E,K,split", [(None, 1, 0), (None, 8, 0), (8, 2, 0), (8, 8, 0), (None, 8, 4), (8, 8, 2)],
+@pytest.mark.parametrize("E,K,split,pair", [(None, 1, 0, False), (None, 8, 0, False), (8, 2, 0, False),
+                                            (8, 8, 0, False), (None, 8, 4, False), (8, 8, 2, False),
+                                            (None, 8, 4, True), (8, 8, 2, True), (None, 1, 4, True)],
                          ids=["warp-top1", "warp-top8", "thread-top2", "thread-top8-of-8", "split-top8",
-                              "split-top8-of-8"])
-def test_softmax_logit_keys_route_like_exact_scores(E, K, split, monkeypatch):
+                              "split-top8-of-8", "split-top8-pairs", "split-top8-of-8-pairs", "split-top1-pairs"])
+def test_softmax_logit_keys_route_like_exact_scores(E, K, split, pair, monkeypatch):
     """Renormalized softmax selects on the logits and checks the margins between winners: it must route
     exactly like the exact scores (every row forced down the exact path), also where rounding makes scores
     tie; and both like the reference on ordinary inputs. One row a warp (E None: 128 or 64 experts), one
-    row a thread (8 experts, K < E and K = E) and rows split over 4 or 2 threads."""
+    row a thread (8 experts, K < E and K = E) and rows split over 4 or 2 threads, their close rows redone on
+    the 64-bit rounds or (pairs) settled on exact scores first."""
     import moegate.kernels.router as kr
 
+    monkeypatch.setattr(kr, "split_pair_exact_override", pair)
     if split:
         E = E or (128 if FULL else 32)
         monkeypatch.setattr(kr, "split_rows_override", split)
@@ -1047,7 +1051,8 @@ def test_split_rows_only_where_they_apply(monkeypatch):
 
 
 @pytest.mark.parametrize("override", [("thread_rows_override", True), ("split_rows_override", 2),
-                                      ("split_rows_override", 4)], ids=["one-row-a-thread", "split-2", "split-4"])
+                                      ("split_rows_override", 4), ("split_pair_exact_override", True)],
+                         ids=["one-row-a-thread", "split-2", "split-4", "split-4-pairs"])
 def test_thread_rows_ties_nan_and_neg_inf(override, monkeypatch):
     """One row a thread and rows split over 2 or 4 threads on the edge cases: equal keys go to the lower id,
     NaN and -inf are dead (key -inf, weight 0, still selected in id order when fewer than K experts live),
@@ -1055,6 +1060,8 @@ def test_thread_rows_ties_nan_and_neg_inf(override, monkeypatch):
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, *override)
+    if override[0] == "split_pair_exact_override":
+        monkeypatch.setattr(kr, "split_rows_override", 4)
     g = torch.Generator().manual_seed(11)
     E, K = 12, 4
     for config in (

@@ -95,6 +95,12 @@ SPLIT_MIN_TOKENS = 4096
 # T=16384 8.08 vs 8.30, T=65536 22.45 vs 19.23 (run 21, T=32768: 13.34 vs 12.21). Run 24's GPU suite passed 8
 # threads a row at T = 4096, 32768 and 65536 (test_split_rows_at_large_T_match_reference).
 SPLIT_WIDE_TOKENS: int | None = 32768  # from here 8 threads a row, below 16
+# Split rows with logit keys whose programs fall back settle their close rows on exact scores first (the K winners'
+# scores ranked by score and id, _split_settle_pairs) and take the 64-bit rounds only for what that cannot decide:
+# forced on or off (tests, the benchmark's A/B), or the default, SPLIT_PAIR_EXACT. Off until measured: run 38
+# (BENCHMARKS.md) found one program of 2048 on the 64-bit rounds costing Qwen3 at T = 4096 1 us of 4.3.
+split_pair_exact_override: bool | None = None
+SPLIT_PAIR_EXACT = False
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
@@ -366,6 +372,8 @@ def _launch(
         HAS_SCALE=logit_scale != 1.0, TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, APPROX_REPAIR=approx_repair,
         LOGIT_KEYS=logit_keys,
         THREAD_ROWS=bool(spec.THREAD_ROWS), SPLIT_ROWS=spec.SPLIT_ROWS,
+        PAIR_EXACT=bool(spec.SPLIT_ROWS and logit_keys and (SPLIT_PAIR_EXACT if split_pair_exact_override is None
+                                                              else split_pair_exact_override)),
         FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,

@@ -711,12 +711,39 @@ def _split_row_sum(xs, row_max, N: tl.constexpr, ACCURATE: tl.constexpr):
 
 
 @triton.jit
+def _split_settle_pairs(ids_k, k_lo, k_next, cur, has_next, hard, row_max, row_sum, kc, K: tl.constexpr,
+                        ACCURATE: tl.constexpr):
+    """The exact order of split rows' K winners where the logits' words left only near-ties (PAIR_EXACT).
+
+    Softmax scores are non-decreasing in the logit (exp and a division by the row sum round monotonically), so
+    the exact order is the logits' order with some neighbours' scores rounded equal, and those go by id. The
+    K winners' exact scores (as the exact path computes them) are ranked by (score, lower id); the K-th
+    against the (K + 1)-th word's score: equal there (a tie that may reach past the words seen) or a hard
+    row (clamped, dead, underflowing) is left to the 64-bit rounds. Returns (ids, their logits, the rows
+    still to decide [BM])."""
+    p = tl.where(cur, _score(k_lo, row_max[:, None], row_sum[:, None], 0, ACCURATE), -1.0)  # [BM, BKC]
+    p_next = _score(k_next, row_max[:, None], row_sum[:, None], 0, ACCURATE)
+    hard = hard | ((kc[None, :] == K - 1) & has_next & (p == p_next))
+    # Column i's rank: the winners j with a higher score, or the same score and a lower id.
+    pi = p[:, :, None]
+    pj = p[:, None, :]
+    beats = (pj > pi) | ((pj == pi) & (ids_k[:, None, :] < ids_k[:, :, None]))
+    rank = tl.sum((beats & cur[:, None, :]).to(tl.int32), axis=2)  # [BM, BKC]
+    # Output column r takes the winner of rank r (exact sums: one term is not zero).
+    hit = (rank[:, None, :] == kc[None, :, None]) & cur[:, None, :]  # [BM, r, i]
+    ids_s = tl.sum(tl.where(hit, ids_k[:, None, :], 0), axis=2)
+    x_s = tl.sum(tl.where(hit, k_lo[:, None, :], 0.0), axis=2)
+    return (tl.where(cur, ids_s, 0), tl.where(cur, x_s, float("-inf")),
+            tl.max(hard.to(tl.int32), axis=1) > 0)
+
+
+@triton.jit
 def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc,
                 E: tl.constexpr, K: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr,
                 BLOCK_W: tl.constexpr, LANE_BITS: tl.constexpr, SCORING: tl.constexpr,
                 SELECT_LOGITS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                 HAS_BIAS: tl.constexpr, LOGIT_KEYS: tl.constexpr, FORCE_EXACT: tl.constexpr,
-                ACCURATE: tl.constexpr):
+                PAIR_EXACT: tl.constexpr, ACCURATE: tl.constexpr):
     """Steps 1-5 for rows without groups on Q threads each (SPLIT_ROWS): column j * Q + q of a row lives in
     its thread q as entry j of a tuple of N = ceil(E / Q) tensors [BM, Q], so each reduction is a tree
     inside the thread (_fold) and then one across the Q threads (log2(Q) shuffles), where one row a warp
@@ -777,9 +804,15 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
     # A padding column among the winners (fewer than K allowed columns), or the rounds ran out early.
     amb = cur & ((wk < 0) | ((kc[None, :] < K - 1) & (has_next == 0)))
     k_lo = _key_of32(base[:, None] + d)  # the winners' logits (LOGIT_KEYS, d > 0)
+    k_next = _key_of32(base[:, None] + dn)  # column i: the logit of round i + 1's word
+    hard = amb
     if LOGIT_KEYS:
-        close = _logit_keys_close(k_lo, _key_of32(base[:, None] + dn), row_max[:, None])
+        close = _logit_keys_close(k_lo, k_next, row_max[:, None])
         amb = amb | (cur & ((d == 0) | (k_lo < row_max[:, None] - 75.0) | (has_next & close)))
+        if PAIR_EXACT:
+            # What only the exact keys decide: a clamped distance, an underflowing or dead winner (not a
+            # near-tie between neighbours, which _split_settle_pairs settles).
+            hard = hard | (cur & ((d == 0) | (k_lo < row_max[:, None] - 75.0)))
     else:
         amb = amb | ((kc[None, :] == K - 1) & (d == 0))  # the K-th winner's distance clamped to 0
     amb = tl.max(amb.to(tl.int32), axis=1) > 0
@@ -795,11 +828,18 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
                           ACCURATE)
         if LOGIT_KEYS:
             row_sum = _split_row_sum(xs2, row_max, N, ACCURATE)
-        his2 = _split_keys(xs2, row_max, row_sum, bias_ptr, bias_stride, E, Q, SCORING, SELECT_LOGITS, HAS_BIAS,
-                           ACCURATE)
-        ids_k = _split_exact(his2, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W)
-        xk = _gather_logits(row_base[:, None], ids_k, col_stride, row_ok[:, None] & cur, logit_scale, softcap,
-                            HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+        if PAIR_EXACT:
+            ids_k, xk, hard_row = _split_settle_pairs(ids_k, k_lo, k_next, cur, has_next, hard, row_max, row_sum,
+                                                      kc, K, ACCURATE)
+            exact = tl.max((hard_row & row_ok).to(tl.int32), axis=0) > 0
+        else:
+            exact = redo > 0
+        if exact:
+            his2 = _split_keys(xs2, row_max, row_sum, bias_ptr, bias_stride, E, Q, SCORING, SELECT_LOGITS,
+                               HAS_BIAS, ACCURATE)
+            ids_k = _split_exact(his2, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W)
+            xk = _gather_logits(row_base[:, None], ids_k, col_stride, row_ok[:, None] & cur, logit_scale, softcap,
+                                HAS_SCALE, HAS_SOFTCAP, ACCURATE)
     return ids_k, xk, row_max, row_sum, redo
 
 
@@ -864,6 +904,7 @@ def _route_kernel(
     LOGIT_KEYS: tl.constexpr,  # renormalized softmax selected on the logits, margins checked (one row a program)
     THREAD_ROWS: tl.constexpr,  # narrow rows without groups, one a thread (_thread_rows)
     SPLIT_ROWS: tl.constexpr,  # 0, or rows without groups on this many threads each (_split_rows)
+    PAIR_EXACT: tl.constexpr,  # split rows with LOGIT_KEYS: close rows settled on exact scores first (off: A/B)
     FORCE_EXACT: tl.constexpr,  # every row takes the exact path (tests)
     COUNT_FALLBACKS: tl.constexpr,  # count the programs that leave the fast path into stats_ptr (diagnostics)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
@@ -951,7 +992,7 @@ def _route_kernel(
         ids_k, thread_x, row_max, row_sum, redo = _split_rows(
             row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc, N_GROUP * GROUP_SIZE,
             K, SPLIT_ROWS, BLOCK_M, BLOCK_KC, BLOCK_W, LANE_BITS, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP,
-            HAS_BIAS, LOGIT_KEYS, FORCE_EXACT, ACCURATE)
+            HAS_BIAS, LOGIT_KEYS, FORCE_EXACT, PAIR_EXACT, ACCURATE)
         if COUNT_FALLBACKS:
             tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
     else:
