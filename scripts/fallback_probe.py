@@ -1,0 +1,76 @@
+"""What the programs that leave the fast path cost a launch (BENCHMARKS.md run 38). GPU only.
+
+    python scripts/fallback_probe.py [qwen3:4096 qwen3:32768 mixtral:8192 ...] [--rep 20] [--set NAME=VALUE]
+
+For each benchmark shape and T: the launch on standard-normal logits (the benchmark's kind of input: some rows
+close, their programs redo them on the exact path) against the same launch on rows of ``randperm(W) / 32``
+(every pair of logits 1/32 apart: no row close), CUDA-graph medians (two timings each), the fallback counters
+of one more launch, and the launch with every program forced onto the exact path. ``--set`` sets a launcher
+override of ``moegate.kernels.router`` first (e.g. ``split_pair_exact_override=True``).
+"""
+
+import argparse
+import ast
+
+import torch
+import triton.testing
+
+import moegate.kernels.router as kr
+from moegate import route
+from moegate.bench import SHAPES
+
+
+def _time(fn, rep):
+    return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median") * 1e3  # us
+
+
+def probe(name, T, rep):
+    config, dtype = SHAPES[name]
+    W = config.num_scored
+    g = torch.Generator().manual_seed(0)
+    inputs = {
+        "normal": torch.randn(T, W, generator=g).to(dtype),
+        "spaced": (torch.rand(T, W, generator=g).argsort(dim=1).float() / 32).to(dtype),
+    }
+    out = (torch.empty(T, config.top_k, device="cuda"), torch.empty(T, config.top_k, device="cuda", dtype=torch.int32))
+    for label, x in inputs.items():
+        x = x.cuda()
+        fn = lambda x=x: route(x, config, backend="triton", out=out)  # noqa: E731
+        us = [_time(fn, rep) for _ in range(2)]
+        stats = torch.zeros(3, dtype=torch.int32, device="cuda")
+        kr.count_fallbacks_into = stats
+        try:
+            route(x, config, backend="triton")
+        finally:
+            kr.count_fallbacks_into = None
+        kr.force_exact_override = True
+        try:
+            exact = _time(fn, rep)
+        finally:
+            kr.force_exact_override = False
+        print(f"{name:18} T={T:>6} {label}: {' '.join(f'{u:.2f}' for u in us)} us; programs redone "
+              f"{stats[0].item()} of {stats[2].item()}; every program exact {exact:.2f} us", flush=True)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("cases", nargs="*", default=["qwen3:4096", "qwen3:8192", "qwen3:32768", "mixtral:8192"],
+                   help="SHAPE:T pairs (shapes of moegate.bench.SHAPES)")
+    p.add_argument("--rep", type=int, default=20, help="milliseconds of graph replay per timing")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="a launcher override of moegate.kernels.router, as a Python literal")
+    args = p.parse_args(argv)
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if not hasattr(kr, key):
+            p.error(f"moegate.kernels.router has no {key!r}")
+        setattr(kr, key, ast.literal_eval(value))
+    for case in args.cases:
+        name, _, t = case.partition(":")
+        if name not in SHAPES or not t.isdigit():
+            p.error(f"{case!r}: expected SHAPE:T with SHAPE one of {', '.join(SHAPES)}")
+        probe(name, int(t), args.rep)
+
+
+if __name__ == "__main__":
+    main()
