@@ -200,10 +200,15 @@ def _geomean(xs):
 
 
 # Small launches (T <= REPEAT_MAX_TOKENS) are timed in --repeats rounds, the providers in turn each round, and
-# each provider's figure is the median of its rounds: on the H200 one DeepSeek-V3-sized launch at T = 1 timed
-# 0.9-1.8 us from one process to the next (run 35, BENCHMARKS.md), the first timing of a process the slowest,
-# while large launches repeat within 1%.
+# each provider's figure is the median of its rounds: on the H200 one Mixtral launch at T = 1 timed 0.88-1.79 us
+# within and across processes (run 35, BENCHMARKS.md), the first timing of a process the slowest, while large
+# launches repeat within 1%.
 REPEAT_MAX_TOKENS = 1024
+
+
+def _median(times):
+    """The median of a list of timings (the lower middle one for an even count)."""
+    return sorted(times)[(len(times) - 1) // 2]
 
 
 def bench(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, repeats=1):
@@ -236,7 +241,7 @@ def _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, advanc
                         print(f"{name} T={T} {prov}: {type(exc).__name__}: {exc}")
                         samples[prov] = None
             for prov, times in samples.items():
-                row[prov] = None if times is None else sorted(times)[(len(times) - 1) // 2]
+                row[prov] = None if times is None else _median(times)
             row["samples"] = samples
             if row.get("moegate") is not None:
                 row["violations"] = _verified(fns["moegate"], f"{name} T={T} moegate")
@@ -367,7 +372,7 @@ def ab(shapes, tokens, rep, variants=None, repeats=1):
                         for k, v in saved.items():
                             setattr(kr, k, v)
                 samples["floor0"].append(_time(fns["floor0"], rep))
-            times = {k: float("nan") if v is None else sorted(v)[(len(v) - 1) // 2] for k, v in samples.items()}
+            times = {k: float("nan") if v is None else _median(v) for k, v in samples.items()}
             print(f"ab {name:18} T={T:>6} " + " ".join(f"{k} {v:6.2f}" for k, v in times.items()), flush=True)
 
 

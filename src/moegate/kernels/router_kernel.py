@@ -415,38 +415,22 @@ def _thread_best(his, xs, E: tl.constexpr, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def _thread_rounds(his, xs, kc, E: tl.constexpr, K: tl.constexpr, ROUNDS: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_KC: tl.constexpr, CHECK_LOGITS: tl.constexpr, row_max):
-    """Step 5 on one row a thread: ROUNDS (K or K + 1) winners of the E key-bit vectors by _thread_best (the
-    first of equal keys: the lower id), each then marked below every other key (-inf keys included).
-    Returns the first K winners (ids and logits as [BM, BKC]) and, with CHECK_LOGITS (the keys are the
-    logits), the rows where _logit_keys_close holds between a winner and the next word."""
+def _thread_rounds(his, xs, kc, E: tl.constexpr, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr):
+    """Step 5 on one row a thread: K winners of the E key-bit vectors by _thread_best (the first of equal keys:
+    the lower id), each then marked below every other key (-inf keys included). Returns the winners' ids and
+    logits as [BM, BKC]."""
     ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
     xk = tl.full([BLOCK_M, BLOCK_KC], float("-inf"), tl.float32)
-    amb = tl.zeros([BLOCK_M], dtype=tl.int1)
-    prev_x = xs[0]
-    for i in tl.static_range(ROUNDS):
-        if CHECK_LOGITS:
-            # The keys are the logits' own bits (-0.0 made +0.0): the winner's logit is its key, so the tree
-            # carries no third value (the selects on his twice fold into one).
-            best, best_id, _x = _thread_best(his, his, E, BLOCK_M)
-            best_x = _key_of32(best)
-        else:
-            best, best_id, best_x = _thread_best(his, xs, E, BLOCK_M)
-        if CHECK_LOGITS and i > 0:
-            amb = amb | _logit_keys_close(prev_x, best_x, row_max)
-        if i < K:
-            ids_k = tl.where(kc[None, :] == i, best_id[:, None], ids_k)
-            xk = tl.where(kc[None, :] == i, best_x[:, None], xk)
-        if i < ROUNDS - 1:
+    for i in tl.static_range(K):
+        best, best_id, best_x = _thread_best(his, xs, E, BLOCK_M)
+        ids_k = tl.where(kc[None, :] == i, best_id[:, None], ids_k)
+        xk = tl.where(kc[None, :] == i, best_x[:, None], xk)
+        if i < K - 1:
             marked = ()
             for j in tl.static_range(E):
                 marked = marked + (tl.where(best_id == j, INT32_MIN, his[j]),)
             his = marked
-        prev_x = best_x
-    if CHECK_LOGITS and ROUNDS == K:  # no (K + 1)-th expert: the last winner's own depth still counts
-        amb = amb | (prev_x < row_max - 75.0)
-    return ids_k, xk, amb
+    return ids_k, xk
 
 
 @triton.jit
@@ -468,7 +452,7 @@ def _thread_exact(xs, row_max, bias_ptr, bias_stride, kc, E: tl.constexpr, K: tl
         _key, _s, hi = _key_bits(xs[j], xs[j] == float("-inf"), True, row_max, row_sum, b, SCORING, SELECT_LOGITS,
                                  HAS_BIAS, False, ACCURATE)
         his = his + (hi,)
-    ids_k, xk, _amb = _thread_rounds(his, xs, kc, E, K, K, BLOCK_M, BLOCK_KC, False, row_max)
+    ids_k, xk = _thread_rounds(his, xs, kc, E, K, BLOCK_M, BLOCK_KC)
     return ids_k, xk, row_sum
 
 
