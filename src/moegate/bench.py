@@ -323,7 +323,7 @@ AB_VARIANTS = {
     "one-row": {"launch_override": (1, 1)},  # one row a warp (flat epilogue; logit keys for softmax)
     "two-rows": {"launch_override": (2, 1)},  # two rows a program (the 2-D epilogue and rounds)
     "no-pdl": {"use_pdl_override": False},
-    "pair-exact": {"split_pair_exact_override": True},  # split rows: close rows settled on exact scores first
+    "no-pair-exact": {"split_pair_exact_override": False},  # split rows: close rows straight to the 64-bit rounds
     "pdl-start": {"pdl_trigger_override": 0},  # PDL: the next grid may launch from this one's start
     "pdl-late": {"pdl_trigger_override": 1},  # ... from the end of the selection (as SGLang's router)
     "pdl-end": {"pdl_trigger_override": 2},  # ... only when this grid ends

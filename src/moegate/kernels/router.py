@@ -97,10 +97,11 @@ SPLIT_MIN_TOKENS = 4096
 SPLIT_WIDE_TOKENS: int | None = 32768  # from here 8 threads a row, below 16
 # Split rows with logit keys whose programs fall back settle their close rows on exact scores first (the K winners'
 # scores ranked by score and id, _split_settle_pairs) and take the 64-bit rounds only for what that cannot decide:
-# forced on or off (tests, the benchmark's A/B), or the default, SPLIT_PAIR_EXACT. Off until measured: run 38
-# (BENCHMARKS.md) found one program of 2048 on the 64-bit rounds costing Qwen3 at T = 4096 1 us of 4.3.
+# forced on or off (tests, the benchmark's A/B), or the default, SPLIT_PAIR_EXACT. Run 38 (BENCHMARKS.md) found one
+# program of 2048 on the 64-bit rounds costing Qwen3 at T = 4096 1 us of 4.3; run 39's A/B, Qwen3 without / with:
+# T=4096 4.40 / 3.44 us, 8192 5.90 / 5.27, 16384 7.72 / 7.34, 32768 11.47 / 10.03, 65536 19.00 / 18.65.
 split_pair_exact_override: bool | None = None
-SPLIT_PAIR_EXACT = False
+SPLIT_PAIR_EXACT = True
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
