@@ -1056,12 +1056,15 @@ def test_split_rows_only_where_they_apply(monkeypatch):
 def test_thread_rows_ties_nan_and_neg_inf(override, monkeypatch):
     """One row a thread and rows split over 2 or 4 threads on the edge cases: equal keys go to the lower id,
     NaN and -inf are dead (key -inf, weight 0, still selected in id order when fewer than K experts live),
-    -0.0 ties with +0.0."""
+    -0.0 ties with +0.0. Split rows with logit keys settle close rows on exact scores by default (pairs);
+    split-2 and split-4 take them straight to the 64-bit rounds."""
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, *override)
     if override[0] == "split_pair_exact_override":
         monkeypatch.setattr(kr, "split_rows_override", 4)
+    elif override[0] == "split_rows_override":
+        monkeypatch.setattr(kr, "split_pair_exact_override", False)
     g = torch.Generator().manual_seed(11)
     E, K = 12, 4
     for config in (
