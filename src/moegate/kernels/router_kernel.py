@@ -819,6 +819,9 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
         else:
             exact = redo > 0
         if exact:
+            if PAIR_EXACT:  # a third read: the settling above then keeps no row live (registers)
+                xs2 = _split_load(row_base, col_stride, row_ok, logit_scale, softcap, E, Q, HAS_SCALE, HAS_SOFTCAP,
+                                  ACCURATE)
             his2 = _split_keys(xs2, row_max, row_sum, bias_ptr, bias_stride, E, Q, SCORING, SELECT_LOGITS,
                                HAS_BIAS, ACCURATE)
             ids_k = _split_exact(his2, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W)
