@@ -1050,6 +1050,29 @@ def test_split_rows_only_where_they_apply(monkeypatch):
     assert torch.isnan(out[0]).all() and (out[1] == -7).all()
 
 
+@pytest.mark.parametrize("cap", [32, 48])
+def test_register_cap_routes_like_reference(cap, monkeypatch):
+    """maxnreg_override (the benchmark's maxnreg-N variants) makes ptxas spill: routing must not change, on the
+    fast paths and on the exact ones (every program forced there). Under the interpreter the cap is ignored and
+    this checks the launcher's plumbing only."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "maxnreg_override", cap)
+    E = 256 if FULL else 32
+    configs = [
+        RouterConfig(E, 6, scoring="sqrtsoftplus", has_correction_bias=True, routed_scaling_factor=1.5),
+        RouterConfig(E, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4),
+        RouterConfig(E // 2, 8, scoring="softmax", renormalize=True),
+    ]
+    for force in (False, True):
+        monkeypatch.setattr(kr, "force_exact_override", force)
+        for i, config in enumerate(configs):
+            run_both(tie_free_logits(37, config.num_scored, seed=i).to(DEVICE), config, **extras(config, 37, seed=i))
+        monkeypatch.setattr(kr, "split_rows_override", 4)  # split rows under the cap, too
+        run_both(tie_free_logits(37, E // 2, seed=5).to(DEVICE), configs[2])
+        monkeypatch.setattr(kr, "split_rows_override", None)
+
+
 @pytest.mark.parametrize("override", [("thread_rows_override", True), ("split_rows_override", 2),
                                       ("split_rows_override", 4), ("split_pair_exact_override", True)],
                          ids=["one-row-a-thread", "split-2", "split-4", "split-4-pairs"])

@@ -331,6 +331,9 @@ AB_VARIANTS = {
     "warp-rows": {"thread_rows_override": False},  # rows on warps (the path of wide rows)
     "no-split": {"split_rows_override": 0},  # rows on warps (or one a thread) where the launcher splits them
 }
+# A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM.
+for _n in (40, 48, 56):
+    AB_VARIANTS[f"maxnreg-{_n}"] = {"maxnreg_override": _n}
 # Split rows (ungrouped rows on Q threads each): the launcher's warps (split-Q) and w warps (split-QwW).
 for _q in (2, 4, 8, 16):
     AB_VARIANTS[f"split-{_q}"] = {"split_rows_override": _q}

@@ -102,6 +102,11 @@ SPLIT_WIDE_TOKENS: int | None = 32768  # from here 8 threads a row, below 16
 # T=4096 4.40 / 3.44 us, 8192 5.90 / 5.27, 16384 7.72 / 7.34, 32768 11.47 / 10.03, 65536 19.00 / 18.65.
 split_pair_exact_override: bool | None = None
 SPLIT_PAIR_EXACT = True
+# A register cap for ptxas (the benchmark's A/B, --ab-variants maxnreg-N; None: ptxas decides). Where a launch's
+# register count is set by its rarely taken exact path (scripts/sass_count.py: DeepSeek-V4 at T >= 16384 takes 64
+# registers, 36 without that path; 896 experts 72 against 40), a cap spills there and not on the fast path, for
+# more warps an SM. Not yet timed on the GPU.
+maxnreg_override: int | None = None
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
@@ -336,6 +341,8 @@ def _launch(
     select_truncated = select_truncated and not logit_keys and not spec.THREAD_ROWS and not spec.SPLIT_ROWS
     use_pdl = _use_pdl(logits.device, T)
     extra = {"launch_pdl": True} if use_pdl else {}
+    if maxnreg_override is not None:
+        extra["maxnreg"] = maxnreg_override
     rk._route_kernel[grid](
         logits, weights, ids, dummy if bias is None else bias,
         logits.stride(0), T, renorm_eps, rsf,
