@@ -571,3 +571,14 @@ def test_bench_verifies_what_it_timed(capsys):
     rows = [{"shape": "x", "T": 4096, "moegate": 1.0, "floor": 1.0, "sglang": 2.0, "violations": 0},
             {"shape": "x", "T": 8192, "moegate": 1.0, "floor": 1.0, "sglang": 2.0, "violations": 2}]
     assert any("[('x', 8192, 2)]" in line for line in bench.summary(rows))
+
+
+def test_ab_variants_set_real_launcher_overrides():
+    """Each --ab variant sets attributes the launcher has: a misspelt override would be set as a new attribute,
+    and the A/B would time the heuristic twice under two names."""
+    import moegate.kernels.router as kr
+    from moegate.bench import AB_VARIANTS
+
+    for label, overrides in AB_VARIANTS.items():
+        for name in overrides:
+            assert hasattr(kr, name), f"--ab-variants {label}: moegate.kernels.router has no {name}"

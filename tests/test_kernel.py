@@ -1054,10 +1054,12 @@ def test_split_rows_only_where_they_apply(monkeypatch):
 def test_register_cap_routes_like_reference(cap, monkeypatch):
     """maxnreg_override (the benchmark's maxnreg-N variants) makes ptxas spill: routing must not change, on the
     fast paths and on the exact ones (every program forced there). Under the interpreter the cap is ignored and
-    this checks the launcher's plumbing only."""
+    this checks that the cap reaches the launch and that routing is unchanged."""
     import moegate.kernels.router as kr
 
+    assert "maxnreg" not in _launch_kwargs(torch.zeros(3, 32), RouterConfig(32, 4))  # ptxas decides by default
     monkeypatch.setattr(kr, "maxnreg_override", cap)
+    assert _launch_kwargs(torch.zeros(3, 32), RouterConfig(32, 4))["maxnreg"] == cap
     E = 256 if FULL else 32
     configs = [
         RouterConfig(E, 6, scoring="sqrtsoftplus", has_correction_bias=True, routed_scaling_factor=1.5),
