@@ -213,7 +213,9 @@ def main(argv=None) -> int:
         saved = kr.launch_override, kr.split_rows_override
         kr.launch_override, kr.split_rows_override = (block_m, num_warps), split
         try:
-            compiled = compile_launch(logits, config, layout, bias=bias, use_pdl=a.tokens <= kr.PDL_MAX_TOKENS)
+            compiled = compile_launch(logits, config, layout, bias=bias,
+                                      use_pdl=kr._pdl_wanted(a.tokens, not split and kr._use_thread_rows(config),
+                                                             split, num_warps))
         finally:
             kr.launch_override, kr.split_rows_override = saved
         counts = sass_counts(compiled)

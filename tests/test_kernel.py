@@ -495,17 +495,21 @@ def test_fast_sqrtsoftplus_keys_route_like_exact_keys(E, repair, monkeypatch):
 
 
 @needs_cuda
-@pytest.mark.parametrize("E,K,scoring", [(256, 6, "sqrtsoftplus"), (896, 16, "sigmoid")], ids=["dsv4", "896-top16"])
+@pytest.mark.parametrize("E,K,scoring,n_group", [(256, 6, "sqrtsoftplus", 1), (896, 16, "sigmoid", 1),
+                                                 (256, 8, "sigmoid", 8), (384, 8, "sigmoid", 1)],
+                         ids=["dsv4", "896-top16", "dsv3", "kimi-k2"])
 @pytest.mark.parametrize("repair", [False, True], ids=["default", "repair"])
-def test_fast_keys_at_large_T_match_reference(E, K, scoring, repair, monkeypatch):
-    """DeepSeek-V4 and 896 top-16 as the launcher takes them (fast keys at T >= 16384 / 8192) and with the
-    repair switched on (fast keys at every T, close rows repaired below T = 16384), against the reference:
-    tie-free rows, normal draws with a bias (some rows within the margin: repaired or redone), fp32 and bf16,
-    the last rows padding. GPU only: the interpreter would take hours at these T."""
+def test_fast_keys_at_large_T_match_reference(E, K, scoring, n_group, repair, monkeypatch):
+    """DeepSeek-V4, 896 top-16, DeepSeek-V3 and Kimi-K2 as the launcher takes them (fast keys at T >= 16384 /
+    8192 / 32768, under its register caps) and with the repair switched on (fast keys at every T, close rows
+    repaired below T = 16384; rows without groups), against the reference: tie-free rows, normal draws with a bias
+    (some rows within the margin: repaired or redone), fp32 and bf16, the last rows padding. GPU only: the
+    interpreter would take hours at these T."""
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, "APPROX_REPAIR", repair)
-    config = RouterConfig(E, K, scoring=scoring, has_correction_bias=True, routed_scaling_factor=1.5)
+    groups = {"n_group": n_group, "topk_group": 4} if n_group > 1 else {}
+    config = RouterConfig(E, K, scoring=scoring, has_correction_bias=True, routed_scaling_factor=1.5, **groups)
     g = torch.Generator().manual_seed(6)
     bias = (torch.randn(E, generator=g) * 0.1).to(DEVICE)
     for T, dtype in ((1024, torch.float32), (4096, torch.bfloat16), (16384, torch.float32),
@@ -738,16 +742,16 @@ def _launch_kwargs(x, config, **kw):
     return seen
 
 
-@pytest.mark.parametrize("T", [1, 16, 4096, 8192, 16384])
-def test_fast_sigmoid_keys_only_for_wide_rows(T, monkeypatch):
-    """Fast sigmoid keys for 1024-lane tiles (never narrower), at one row or T >= 8192, close rows redone
-    whole; with the repair switched on (APPROX_REPAIR) at every T without groups, close
-    rows repaired below T = 16384, and with groups as before."""
+@pytest.mark.parametrize("T", [1, 16, 4096, 8192, 16384, 32768, 65536])
+def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
+    """Fast sigmoid keys for 1024-lane tiles at one row or T >= 8192, close rows redone whole; with the repair
+    switched on (APPROX_REPAIR) at every T without groups, close rows repaired below T = 16384, and with groups as
+    before. 256- and 512-lane tiles with exact distance words (DeepSeek-V3, Kimi-K2) from T = 32768, under a cap of
+    64 registers; never 512 lanes top-22 (shifted words), 64 lanes, or bf16 logits without a bias."""
     import moegate.kernels.router as kr
 
     config = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
     grouped = RouterConfig(1024, 16, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
-    narrow = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True)
     for repair in (False, True):
         monkeypatch.setattr(kr, "APPROX_REPAIR", repair)
         seen = _launch_kwargs(torch.empty(T, 896), config, bias=torch.zeros(896))
@@ -755,7 +759,71 @@ def test_fast_sigmoid_keys_only_for_wide_rows(T, monkeypatch):
         assert seen["APPROX_REPAIR"] is (repair and T < 16384) and seen["BLOCK_KC"] >= 16 + 2
         seen = _launch_kwargs(torch.empty(T, 1024), grouped, bias=torch.zeros(1024))
         assert seen["APPROX_KEYS"] is (T == 1 or T >= 8192) and seen["APPROX_REPAIR"] is False
-        assert _launch_kwargs(torch.empty(T, 256), narrow, bias=torch.zeros(256))["APPROX_KEYS"] is False
+    monkeypatch.setattr(kr, "APPROX_REPAIR", False)
+    large = T >= 32768
+    dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    for cfg, dtype, want in ((dsv3, torch.float32, large), (dsv3, torch.bfloat16, large),
+                             (RouterConfig(384, 8, scoring="sigmoid", has_correction_bias=True), torch.float32, large),
+                             (RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True), torch.float32, False),
+                             (RouterConfig(64, 8, scoring="sigmoid", has_correction_bias=True), torch.float32, False)):
+        seen = _launch_kwargs(torch.empty(T, cfg.num_experts, dtype=dtype), cfg, bias=torch.zeros(cfg.num_experts))
+        assert seen["APPROX_KEYS"] is want, (cfg.num_experts, dtype, T)
+        assert seen.get("maxnreg") == (64 if want else None), (cfg.num_experts, dtype, T)
+    plain = RouterConfig(256, 8, scoring="sigmoid", n_group=8, topk_group=4)
+    assert _launch_kwargs(torch.empty(T, 256, dtype=torch.bfloat16), plain)["APPROX_KEYS"] is False
+    assert _launch_kwargs(torch.empty(T, 256), plain)["APPROX_KEYS"] is large
+    monkeypatch.setattr(kr, "approx_keys_override", False)  # the exact keys take no cap
+    seen = _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))
+    assert seen["APPROX_KEYS"] is False and "maxnreg" not in seen
+
+
+def test_register_cap_where_the_launcher_sets_it(monkeypatch):
+    """ptxas's register cap: 56 for rows of 1024 lanes and more (one a program, several warps), 64 for one-warp
+    rows on fast sigmoid keys, none elsewhere; maxnreg_override wins (0: none)."""
+    import moegate.kernels.router as kr
+
+    wide = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
+    for T in (1, 64, 4096, 65536):
+        seen = _launch_kwargs(torch.empty(T, 896), wide, bias=torch.zeros(896))
+        assert seen["num_warps"] > 1 and seen["BLOCK_M"] == 1 and seen["maxnreg"] == kr.WIDE_ROW_MAX_REGISTERS
+    for T, cfg in ((65536, RouterConfig(128, 8, scoring="softmax", renormalize=True)),  # split rows
+                   (65536, RouterConfig(8, 2, scoring="softmax", renormalize=True)),  # one row a thread
+                   (65536, RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)),  # 64 already
+                   (4096, RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True))):
+        seen = _launch_kwargs(torch.empty(T, cfg.num_experts), cfg,
+                              **({"bias": torch.zeros(cfg.num_experts)} if cfg.has_correction_bias else {}))
+        assert "maxnreg" not in seen, (T, cfg.num_experts)
+    monkeypatch.setattr(kr, "maxnreg_override", 0)
+    assert "maxnreg" not in _launch_kwargs(torch.empty(64, 896), wide, bias=torch.zeros(896))
+    monkeypatch.setattr(kr, "maxnreg_override", 40)
+    assert _launch_kwargs(torch.empty(64, 128), RouterConfig(128, 8))["maxnreg"] == 40
+
+
+def test_pdl_where_the_launcher_asks_for_it(monkeypatch):
+    """Programmatic dependent launch (on sm_90+): every launch up to T = 4096; above, one row a thread up to
+    T = 16384 and split rows of two warps a program, not rows on warps; use_pdl_override wins."""
+    import moegate.kernels.router as kr
+
+    def wanted(cfg, T):
+        split = kr._split_threads(cfg, T)
+        thread = not split and kr._use_thread_rows(cfg)
+        g, gs = kr._tile_shape(cfg)
+        _, warps = kr._launch_shape(T, g * gs, thread, split)
+        return kr._pdl_wanted(T, thread, split, warps)
+
+    dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    qwen3 = RouterConfig(128, 8, scoring="softmax", renormalize=True)
+    mixtral = RouterConfig(8, 2, scoring="softmax", renormalize=True)
+    for T, want in ((1, True), (4096, True), (8192, False), (65536, False)):
+        assert wanted(dsv3, T) is want, T
+    for T, want in ((4096, True), (8192, False), (16384, True), (65536, True)):
+        assert wanted(qwen3, T) is want, T
+    for T, want in ((4096, True), (8192, True), (16384, True), (32768, False)):
+        assert wanted(mixtral, T) is want, T
+    monkeypatch.setattr(kr, "use_pdl_override", True)
+    assert wanted(dsv3, 65536) is True
+    monkeypatch.setattr(kr, "use_pdl_override", False)
+    assert wanted(mixtral, 16) is False
 
 
 @pytest.mark.parametrize("T", [1, 16, 8192, 16384, 65536])

@@ -323,6 +323,7 @@ AB_VARIANTS = {
     "one-row": {"launch_override": (1, 1)},  # one row a warp (flat epilogue; logit keys for softmax)
     "two-rows": {"launch_override": (2, 1)},  # two rows a program (the 2-D epilogue and rounds)
     "no-pdl": {"use_pdl_override": False},
+    "pdl": {"use_pdl_override": True},  # PDL at every T (the launcher leaves it off for large launches of most shapes)
     "no-pair-exact": {"split_pair_exact_override": False},  # split rows: close rows straight to the 64-bit rounds
     "pdl-start": {"pdl_trigger_override": 0},  # PDL: the next grid may launch from this one's start
     "pdl-late": {"pdl_trigger_override": 1},  # ... from the end of the selection (as SGLang's router)
@@ -332,8 +333,9 @@ AB_VARIANTS = {
     "no-split": {"split_rows_override": 0},  # rows on warps (or one a thread) where the launcher splits them
 }
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM.
-for _n in (40, 48, 56):
+for _n in (40, 48, 52, 56, 60, 64):
     AB_VARIANTS[f"maxnreg-{_n}"] = {"maxnreg_override": _n}
+AB_VARIANTS["no-maxnreg"] = {"maxnreg_override": 0}  # ptxas decides everywhere (the launcher caps some launches)
 # Fast sigmoid keys held to 64 registers (one-warp programs keep their 32 warps an SM): Kimi-K2 at T=65536, sm_90,
 # 608 fast-path instructions (338 on the ALU pipe) against 774 (314) with the exact keys, no spills.
 AB_VARIANTS["approx-keys-r64"] = {"approx_keys_override": True, "maxnreg_override": 64}

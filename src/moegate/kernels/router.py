@@ -45,6 +45,14 @@ APPROX_KEYS_MIN_LANES = 1024
 # T=16 9.32 vs 4.79, T=256 9.72 vs 5.16, T=4096 28.65 vs 27.89, T=65536 351 vs 408; T=8192 49.2 (run 10,
 # fast) vs 53.5 (run 12, exact).
 APPROX_KEYS_MIN_TOKENS = 8192
+# 256- and 512-lane rows (DeepSeek-V3, Kimi-K2) take them too at large T, held to 64 registers (one-warp programs
+# keep their 32 warps an SM) where the distance words are exact (not 512 lanes top-22: 124 vs 115 us at T=65536).
+# H200 run 44 (BENCHMARKS.md), fast keys capped at 64 against exact keys: T=65536 DeepSeek-V3 fp32 58.5 vs 60.4 us,
+# bf16 54.6 vs 57.7, Kimi-K2 59.6 vs 64.4; T=32768 30.8 vs 31.2, 29.4 vs 29.8, 32.8 vs 33.5; slower at T=16384
+# (17.2 vs 16.5, 16.9 vs 16.0; Kimi-K2 17.1 vs 17.4) and T=8192 (10.4 vs 9.4).
+APPROX_KEYS_NARROW_MIN_LANES = 256
+APPROX_KEYS_NARROW_MIN_TOKENS = 32768
+APPROX_KEYS_MAX_REGISTERS = 64
 # Sqrt-softplus keys (DeepSeek-V4: 256 experts, top-6, + bias) from ex2 / lg2 / sqrt approx with checked
 # margins, H200 run 25 (BENCHMARKS.md), fast vs exact keys: T=65536 54.0 vs 62.1 us, T=32768 28.1 vs 32.2, T=1
 # 2.43 vs 2.64; slower where a launch is about one wave and waits for its rows on the exact path: T=1024 4.17
@@ -102,11 +110,15 @@ SPLIT_WIDE_TOKENS: int | None = 32768  # from here 8 threads a row, below 16
 # T=4096 4.40 / 3.44 us, 8192 5.90 / 5.27, 16384 7.72 / 7.34, 32768 11.47 / 10.03, 65536 19.00 / 18.65.
 split_pair_exact_override: bool | None = None
 SPLIT_PAIR_EXACT = True
-# A register cap for ptxas (the benchmark's A/B, --ab-variants maxnreg-N; None: ptxas decides). Where a launch's
-# register count is set by its rarely taken exact path (scripts/sass_count.py: DeepSeek-V4 at T >= 16384 takes 64
-# registers, 36 without that path; 896 experts 72 against 40), a cap spills there and not on the fast path, for
-# more warps an SM. Not yet timed on the GPU.
+# A register cap for ptxas: forced by the benchmark's A/B (--ab-variants maxnreg-N; 0: none, ptxas decides) or the
+# default, _register_cap. Where a launch's register count is set by its rarely taken exact path
+# (scripts/sass_count.py: DeepSeek-V4 at T >= 16384 takes 64 registers, 36 without that path; 896 experts 72
+# against 40), a cap spills there and not on the fast path, for more warps an SM. H200 run 44 (BENCHMARKS.md), 896
+# experts top-16 (4 warps a row) capped at 56 / 48 / uncapped: T=8192 47.2 / 49.1 / 49.4 us, 16384 87.3 / 91.7 /
+# 93.8, 32768 166.5 / 174.6 / 180.0, 65536 323.7 / 338.6 / 350.9; one-warp rows slower under a cap (512 top-22
+# T=65536 116.7 at 56, 120.3 at 48, against 115.1; Qwen3's split rows 17.2 / 17.9 against 16.7).
 maxnreg_override: int | None = None
+WIDE_ROW_MAX_REGISTERS = 56  # rows of 1024 lanes and more, one a program of several warps
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
@@ -114,10 +126,15 @@ maxnreg_override: int | None = None
 # instructions and keep the gather too.
 TILE_WEIGHTS_MAX_TOKENS = 2048
 TILE_WEIGHTS_MAX_LANES_PER_THREAD = 1
-# Programmatic dependent launch measured 0.3-0.65 us faster at T=1 and 0.0-0.3 us at T=4096 (run 4's A/B);
-# past one wave of programs it is left off (run 4 measured Qwen3 at T >= 8192 1.3-1.8x slower than run 3
-# with nearly the same SASS; PDL is the likely cause, not confirmed).
+# Programmatic dependent launch measured 0.3-0.65 us faster at T=1 and 0.0-0.3 us at T=4096 (run 4's A/B).
+# Past that it is left off for rows on warps: H200 run 44 (BENCHMARKS.md), PDL on against off, one row a program:
+# DeepSeek-V3 fp32 T=8192 10.34 vs 9.44 us, T=65536 79.3 vs 60.4 (every 256-lane shape alike); 512 and 1024 lanes
+# level (115 vs 115 at T=65536). Two kinds of launch gain from it: one row a thread up to PDL_THREAD_MAX_TOKENS
+# (Mixtral T=8192 1.37 vs 1.79 us, 16384 1.82 vs 2.00, 32768 level, 65536 2.57 vs 2.38) and split rows of two
+# warps a program, from T = 16384 (Qwen3 16384 6.28 vs 6.78, 32768 9.23 vs 9.38, 65536 16.51 vs 16.71; one warp at
+# T=8192: 5.44 vs 4.82).
 PDL_MAX_TOKENS = 4096
+PDL_THREAD_MAX_TOKENS = 16384
 # Where a PDL launch lets the next grid start (the kernel's PDL_TRIGGER): 0 at its start, 1 after the selection
 # (before the epilogue's stores), 2 never (the next grid launches when this one ends); forced by the benchmark's
 # A/B (pdl_trigger_override). H200 runs 30-31 (BENCHMARKS.md), after the selection against at the start, one row a
@@ -262,18 +279,42 @@ def _launch_shape(num_tokens: int, tile: int, thread_rows: bool = False, split: 
     return 1, min(16, tile // 256)
 
 
+def _dist_shift(lane_bits: int, top_k: int) -> int:
+    """The kernel's DIST_SHIFT: low ulp bits the distance words drop (see DIST_SHIFT_MIN_LANE_BITS)."""
+    return lane_bits - 8 if (lane_bits >= DIST_SHIFT_MIN_LANE_BITS
+                             or (lane_bits == 9 and top_k >= DIST_SHIFT_512_MIN_K)) else 0
+
+
+def _register_cap(lanes: int, block_m: int, num_warps: int, approx_sigmoid_keys: bool) -> int:
+    """ptxas's register cap for a launch (0: none; see WIDE_ROW_MAX_REGISTERS and APPROX_KEYS_MAX_REGISTERS)."""
+    if maxnreg_override is not None:
+        return maxnreg_override
+    if block_m == 1 and lanes >= APPROX_KEYS_MIN_LANES and num_warps > 1:
+        return WIDE_ROW_MAX_REGISTERS
+    if block_m == 1 and num_warps == 1 and approx_sigmoid_keys:
+        return APPROX_KEYS_MAX_REGISTERS
+    return 0
+
+
 @functools.cache
 def _pdl_capable(device_index: int) -> bool:
     """Programmatic dependent launch (griddepcontrol) needs sm_90 or newer."""
     return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
-def _use_pdl(device: torch.device, num_tokens: int) -> bool:
-    if _interpreting() or device.type != "cuda":
-        return False
+def _pdl_wanted(num_tokens: int, thread_rows: bool, split: int, num_warps: int) -> bool:
+    """Whether the launcher asks for programmatic dependent launch on a device that has it (see PDL_MAX_TOKENS)."""
     if use_pdl_override is not None:
         return use_pdl_override
-    if num_tokens > PDL_MAX_TOKENS:
+    if thread_rows:
+        return num_tokens <= PDL_THREAD_MAX_TOKENS
+    if split and num_warps >= 2:
+        return True
+    return num_tokens <= PDL_MAX_TOKENS
+
+
+def _use_pdl(device: torch.device, num_tokens: int, thread_rows: bool, split: int, num_warps: int) -> bool:
+    if _interpreting() or device.type != "cuda" or not _pdl_wanted(num_tokens, thread_rows, split, num_warps):
         return False
     return _pdl_capable(device.index if device.index is not None else torch.cuda.current_device())
 
@@ -319,9 +360,11 @@ def _launch(
         and spec.block_m == 1
     any_t = APPROX_REPAIR and spec.N_GROUP == 1  # the repair keeps close rows cheap at every T
     if spec.SCORING == 1:
+        lanes = block_g * block_gs
         approx_keys = (approx_able and (bias is not None or logits.dtype == torch.float32)
-                       and block_g * block_gs >= APPROX_KEYS_MIN_LANES
-                       and (any_t or T == 1 or T >= APPROX_KEYS_MIN_TOKENS))
+                       and ((lanes >= APPROX_KEYS_MIN_LANES and (any_t or T == 1 or T >= APPROX_KEYS_MIN_TOKENS))
+                            or (APPROX_KEYS_NARROW_MIN_LANES <= lanes < APPROX_KEYS_MIN_LANES
+                                and not _dist_shift(lane_bits, spec.K) and T >= APPROX_KEYS_NARROW_MIN_TOKENS)))
     else:
         approx_keys = (approx_able and APPROX_SSP_KEYS and (bias is not None or logits.dtype == torch.float32)
                        and (any_t or T == 1 or T >= APPROX_SSP_MIN_TOKENS))
@@ -339,10 +382,11 @@ def _launch(
     if logit_keys_override is not None:
         logit_keys = logit_keys and logit_keys_override
     select_truncated = select_truncated and not logit_keys and not spec.THREAD_ROWS and not spec.SPLIT_ROWS
-    use_pdl = _use_pdl(logits.device, T)
+    use_pdl = _use_pdl(logits.device, T, bool(spec.THREAD_ROWS), spec.SPLIT_ROWS, spec.num_warps)
     extra = {"launch_pdl": True} if use_pdl else {}
-    if maxnreg_override is not None:
-        extra["maxnreg"] = maxnreg_override
+    maxnreg = _register_cap(block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1)
+    if maxnreg:
+        extra["maxnreg"] = maxnreg
     rk._route_kernel[grid](
         logits, weights, ids, dummy if bias is None else bias,
         logits.stride(0), T, renorm_eps, rsf,
@@ -375,8 +419,7 @@ def _launch(
         BLOCK_G=block_g, BLOCK_GS=block_gs,
         # One row a program: one more column for the (K + 1)-th round's word of the margin checks (two with the repair).
         BLOCK_KC=triton.next_power_of_2(spec.K + spec.C + (2 if approx_repair else 1 if spec.block_m == 1 else 0)),
-        DIST_SHIFT=lane_bits - 8 if (lane_bits >= DIST_SHIFT_MIN_LANE_BITS
-                                     or (lane_bits == 9 and spec.K >= DIST_SHIFT_512_MIN_K)) else 0,
+        DIST_SHIFT=_dist_shift(lane_bits, spec.K),
         HAS_SCALE=logit_scale != 1.0, TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, APPROX_REPAIR=approx_repair,
         LOGIT_KEYS=logit_keys,
         THREAD_ROWS=bool(spec.THREAD_ROWS), SPLIT_ROWS=spec.SPLIT_ROWS,
