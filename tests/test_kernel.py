@@ -500,7 +500,7 @@ def test_fast_sqrtsoftplus_keys_route_like_exact_keys(E, repair, monkeypatch):
                          ids=["dsv4", "896-top16", "dsv3", "kimi-k2"])
 @pytest.mark.parametrize("repair", [False, True], ids=["default", "repair"])
 def test_fast_keys_at_large_T_match_reference(E, K, scoring, n_group, repair, monkeypatch):
-    """DeepSeek-V4, 896 top-16, DeepSeek-V3 and Kimi-K2 as the launcher takes them (fast keys at T >= 16384 /
+    """DeepSeek-V4, 896 top-16, DeepSeek-V3 and Kimi-K2 as the launcher takes them (fast keys at T >= 8192 /
     8192 / 32768, under its register caps) and with the repair switched on (fast keys at every T, close rows
     repaired below T = 16384; rows without groups), against the reference: tie-free rows, normal draws with a bias
     (some rows within the margin: repaired or redone), fp32 and bf16, the last rows padding. GPU only: the
@@ -778,14 +778,15 @@ def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
 
 
 def test_register_cap_where_the_launcher_sets_it(monkeypatch):
-    """ptxas's register cap: 56 for rows of 1024 lanes and more (one a program, several warps), 64 for one-warp
-    rows on fast sigmoid keys, none elsewhere; maxnreg_override wins (0: none)."""
+    """ptxas's register cap: for rows of 1024 lanes and more (one a program, several warps) 56 from T = 2049, 64
+    from T = 257, none below; 64 for one-warp rows on fast sigmoid keys, none elsewhere; maxnreg_override wins
+    (0: none)."""
     import moegate.kernels.router as kr
 
     wide = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
-    for T in (1, 64, 4096, 65536):
+    for T, cap in ((1, None), (256, None), (257, 64), (2048, 64), (2049, 56), (65536, 56)):
         seen = _launch_kwargs(torch.empty(T, 896), wide, bias=torch.zeros(896))
-        assert seen["num_warps"] > 1 and seen["BLOCK_M"] == 1 and seen["maxnreg"] == kr.WIDE_ROW_MAX_REGISTERS
+        assert seen["num_warps"] > 1 and seen["BLOCK_M"] == 1 and seen.get("maxnreg") == cap, T
     for T, cfg in ((65536, RouterConfig(128, 8, scoring="softmax", renormalize=True)),  # split rows
                    (65536, RouterConfig(8, 2, scoring="softmax", renormalize=True)),  # one row a thread
                    (65536, RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)),  # 64 already
@@ -794,14 +795,14 @@ def test_register_cap_where_the_launcher_sets_it(monkeypatch):
                               **({"bias": torch.zeros(cfg.num_experts)} if cfg.has_correction_bias else {}))
         assert "maxnreg" not in seen, (T, cfg.num_experts)
     monkeypatch.setattr(kr, "maxnreg_override", 0)
-    assert "maxnreg" not in _launch_kwargs(torch.empty(64, 896), wide, bias=torch.zeros(896))
+    assert "maxnreg" not in _launch_kwargs(torch.empty(4096, 896), wide, bias=torch.zeros(896))
     monkeypatch.setattr(kr, "maxnreg_override", 40)
     assert _launch_kwargs(torch.empty(64, 128), RouterConfig(128, 8))["maxnreg"] == 40
 
 
 def test_pdl_where_the_launcher_asks_for_it(monkeypatch):
-    """Programmatic dependent launch (on sm_90+): every launch up to T = 4096; above, one row a thread up to
-    T = 16384 and split rows of two warps a program, not rows on warps; use_pdl_override wins."""
+    """Programmatic dependent launch (on sm_90+): rows on warps up to T = 4096, one row a thread up to T = 16384,
+    split rows on two-warp programs only (from T = 16384); use_pdl_override wins."""
     import moegate.kernels.router as kr
 
     def wanted(cfg, T):
@@ -816,7 +817,7 @@ def test_pdl_where_the_launcher_asks_for_it(monkeypatch):
     mixtral = RouterConfig(8, 2, scoring="softmax", renormalize=True)
     for T, want in ((1, True), (4096, True), (8192, False), (65536, False)):
         assert wanted(dsv3, T) is want, T
-    for T, want in ((4096, True), (8192, False), (16384, True), (65536, True)):
+    for T, want in ((1024, True), (4096, False), (8192, False), (16384, True), (65536, True)):
         assert wanted(qwen3, T) is want, T
     for T, want in ((4096, True), (8192, True), (16384, True), (32768, False)):
         assert wanted(mixtral, T) is want, T
@@ -826,9 +827,9 @@ def test_pdl_where_the_launcher_asks_for_it(monkeypatch):
     assert wanted(mixtral, 16) is False
 
 
-@pytest.mark.parametrize("T", [1, 16, 8192, 16384, 65536])
+@pytest.mark.parametrize("T", [1, 16, 4096, 8192, 16384, 65536])
 def test_fast_sqrtsoftplus_keys_at_one_row_or_large_T(T, monkeypatch):
-    """DeepSeek-V4's fast keys at one row or T >= 16384, close rows redone whole; with the repair switched on
+    """DeepSeek-V4's fast keys at one row or T >= 8192, close rows redone whole; with the repair switched on
     at every T, close rows repaired below T = 16384. Never for bf16 logits without a bias (they tie often)."""
     import moegate.kernels.router as kr
 
@@ -836,7 +837,7 @@ def test_fast_sqrtsoftplus_keys_at_one_row_or_large_T(T, monkeypatch):
     plain = RouterConfig(256, 6, scoring="sqrtsoftplus")
     for repair in (False, True):
         monkeypatch.setattr(kr, "APPROX_REPAIR", repair)
-        want = repair or T == 1 or T >= 16384
+        want = repair or T == 1 or T >= 8192
         seen = _launch_kwargs(torch.empty(T, 256), config, bias=torch.zeros(256))
         assert seen["APPROX_KEYS"] is want and seen["APPROX_REPAIR"] is (repair and T < 16384)
         assert seen["BLOCK_KC"] == 8

@@ -56,9 +56,10 @@ APPROX_KEYS_MAX_REGISTERS = 64
 # Sqrt-softplus keys (DeepSeek-V4: 256 experts, top-6, + bias) from ex2 / lg2 / sqrt approx with checked
 # margins, H200 run 25 (BENCHMARKS.md), fast vs exact keys: T=65536 54.0 vs 62.1 us, T=32768 28.1 vs 32.2, T=1
 # 2.43 vs 2.64; slower where a launch is about one wave and waits for its rows on the exact path: T=1024 4.17
-# vs 3.07, T=4096 6.52 vs 5.77, T=8192 9.87 vs 9.61 (run 26: 9.44 vs 9.88; T=16384 14.89 vs 17.62).
+# vs 3.07, T=4096 6.52 vs 5.77, T=8192 9.87 vs 9.61 (run 26: 9.44 vs 9.88; T=16384 14.89 vs 17.62). Runs 44-45
+# on today's kernel: T=8192 9.11 vs 9.41 and 9.20 vs 9.43 (faster now), T=4096 5.83 vs 5.56, T=1024 3.84 vs 2.84.
 APPROX_SSP_KEYS = True
-APPROX_SSP_MIN_TOKENS = 16384
+APPROX_SSP_MIN_TOKENS = 8192
 # Fast keys with the repair of close winners (_approx_repair: the K + 2 best fast words reordered on exact
 # keys read back, where the row was redone whole): forced on or off (tests, A/B), or the default: with
 # APPROX_REPAIR, fast keys at every T for rows without groups and the repair below APPROX_REPAIR_MAX_TOKENS.
@@ -116,9 +117,12 @@ SPLIT_PAIR_EXACT = True
 # against 40), a cap spills there and not on the fast path, for more warps an SM. H200 run 44 (BENCHMARKS.md), 896
 # experts top-16 (4 warps a row) capped at 56 / 48 / uncapped: T=8192 47.2 / 49.1 / 49.4 us, 16384 87.3 / 91.7 /
 # 93.8, 32768 166.5 / 174.6 / 180.0, 65536 323.7 / 338.6 / 350.9; one-warp rows slower under a cap (512 top-22
-# T=65536 116.7 at 56, 120.3 at 48, against 115.1; Qwen3's split rows 17.2 / 17.9 against 16.7).
+# T=65536 116.7 at 56, 120.3 at 48, against 115.1; Qwen3's split rows 17.2 / 17.9 against 16.7). Run 45, 896
+# experts capped at 56 / 64 / uncapped: T=1024 8.27 / 7.43 / 9.92, T=4096 24.55 / 24.98 / 27.65, T <= 256 level
+# (T=1 3.71 / 3.60 / 3.56, T=256 4.88 / 4.83 / 4.84).
 maxnreg_override: int | None = None
-WIDE_ROW_MAX_REGISTERS = 56  # rows of 1024 lanes and more, one a program of several warps
+WIDE_ROW_MAX_REGISTERS = 56  # rows of 1024 lanes and more, one a program of several warps, T > 2048
+WIDE_ROW_MID_MAX_REGISTERS = 64  # ... 256 < T <= 2048 (none below)
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
@@ -129,10 +133,10 @@ TILE_WEIGHTS_MAX_LANES_PER_THREAD = 1
 # Programmatic dependent launch measured 0.3-0.65 us faster at T=1 and 0.0-0.3 us at T=4096 (run 4's A/B).
 # Past that it is left off for rows on warps: H200 run 44 (BENCHMARKS.md), PDL on against off, one row a program:
 # DeepSeek-V3 fp32 T=8192 10.34 vs 9.44 us, T=65536 79.3 vs 60.4 (every 256-lane shape alike); 512 and 1024 lanes
-# level (115 vs 115 at T=65536). Two kinds of launch gain from it: one row a thread up to PDL_THREAD_MAX_TOKENS
-# (Mixtral T=8192 1.37 vs 1.79 us, 16384 1.82 vs 2.00, 32768 level, 65536 2.57 vs 2.38) and split rows of two
-# warps a program, from T = 16384 (Qwen3 16384 6.28 vs 6.78, 32768 9.23 vs 9.38, 65536 16.51 vs 16.71; one warp at
-# T=8192: 5.44 vs 4.82).
+# level (115 vs 115 at T=65536). One row a thread gains from it up to PDL_THREAD_MAX_TOKENS (Mixtral T=8192 1.37
+# vs 1.79 us, 16384 1.82 vs 2.00, 32768 level, 65536 2.57 vs 2.38). Split rows take it on two-warp programs (from
+# T = 16384: Qwen3 16384 6.28 vs 6.78, 32768 9.23 vs 9.38, 65536 16.51 vs 16.71) and not on one warp (run 45:
+# T=4096 4.00 vs 3.63, T=8192 5.33 vs 4.80).
 PDL_MAX_TOKENS = 4096
 PDL_THREAD_MAX_TOKENS = 16384
 # Where a PDL launch lets the next grid start (the kernel's PDL_TRIGGER): 0 at its start, 1 after the selection
@@ -285,12 +289,12 @@ def _dist_shift(lane_bits: int, top_k: int) -> int:
                              or (lane_bits == 9 and top_k >= DIST_SHIFT_512_MIN_K)) else 0
 
 
-def _register_cap(lanes: int, block_m: int, num_warps: int, approx_sigmoid_keys: bool) -> int:
+def _register_cap(num_tokens: int, lanes: int, block_m: int, num_warps: int, approx_sigmoid_keys: bool) -> int:
     """ptxas's register cap for a launch (0: none; see WIDE_ROW_MAX_REGISTERS and APPROX_KEYS_MAX_REGISTERS)."""
     if maxnreg_override is not None:
         return maxnreg_override
-    if block_m == 1 and lanes >= APPROX_KEYS_MIN_LANES and num_warps > 1:
-        return WIDE_ROW_MAX_REGISTERS
+    if block_m == 1 and lanes >= APPROX_KEYS_MIN_LANES and num_warps > 1 and num_tokens > 256:
+        return WIDE_ROW_MAX_REGISTERS if num_tokens > 2048 else WIDE_ROW_MID_MAX_REGISTERS
     if block_m == 1 and num_warps == 1 and approx_sigmoid_keys:
         return APPROX_KEYS_MAX_REGISTERS
     return 0
@@ -308,8 +312,8 @@ def _pdl_wanted(num_tokens: int, thread_rows: bool, split: int, num_warps: int) 
         return use_pdl_override
     if thread_rows:
         return num_tokens <= PDL_THREAD_MAX_TOKENS
-    if split and num_warps >= 2:
-        return True
+    if split:
+        return num_warps >= 2
     return num_tokens <= PDL_MAX_TOKENS
 
 
@@ -384,7 +388,7 @@ def _launch(
     select_truncated = select_truncated and not logit_keys and not spec.THREAD_ROWS and not spec.SPLIT_ROWS
     use_pdl = _use_pdl(logits.device, T, bool(spec.THREAD_ROWS), spec.SPLIT_ROWS, spec.num_warps)
     extra = {"launch_pdl": True} if use_pdl else {}
-    maxnreg = _register_cap(block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1)
+    maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1)
     if maxnreg:
         extra["maxnreg"] = maxnreg
     rk._route_kernel[grid](
