@@ -1081,11 +1081,11 @@ def test_split_rows_only_where_they_apply(monkeypatch):
     """Split rows only for ungrouped, unhashed rows; a forced thread count must hold the row in at most 32
     columns a thread, and a forced launch must hold whole rows. By default only where they were measured
     faster: renormalized softmax selected on the logits, 65-128 experts, T >= 4096 (16 threads a row; 8 from
-    T = SPLIT_WIDE_TOKENS, 32768)."""
+    T = SPLIT_WIDE_TOKENS, 8192)."""
     import moegate.kernels.router as kr
 
     qwen3 = RouterConfig(128, 8, scoring="softmax", renormalize=True)
-    assert [kr._split_threads(qwen3, T) for T in (1, 1024, 4095, 4096, 32767, 32768, 65536)] == [0, 0, 0, 16, 16, 8, 8]
+    assert [kr._split_threads(qwen3, T) for T in (1, 1024, 4095, 4096, 8191, 8192, 65536)] == [0, 0, 0, 16, 16, 8, 8]
     monkeypatch.setattr(kr, "SPLIT_WIDE_TOKENS", None)
     assert [kr._split_threads(qwen3, T) for T in (4096, 32768, 65536)] == [16, 16, 16]
     monkeypatch.setattr(kr, "SPLIT_WIDE_TOKENS", 32768)

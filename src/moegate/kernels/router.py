@@ -102,8 +102,9 @@ SPLIT_MAX_COLUMNS = 32  # columns a thread: _fold's tree takes up to 32
 SPLIT_MIN_TOKENS = 4096
 # Run 22 (revised split rows), 16 against 8 threads a row: T=4096 4.52 vs 5.64 us, T=8192 6.38 vs 6.88,
 # T=16384 8.08 vs 8.30, T=65536 22.45 vs 19.23 (run 21, T=32768: 13.34 vs 12.21). Run 24's GPU suite passed 8
-# threads a row at T = 4096, 32768 and 65536 (test_split_rows_at_large_T_match_reference).
-SPLIT_WIDE_TOKENS: int | None = 32768  # from here 8 threads a row, below 16
+# threads a row at T = 4096, 32768 and 65536 (test_split_rows_at_large_T_match_reference). Run 46 on today's kernel,
+# Qwen3 on 8 / 16 threads a row: T=8192 4.40 vs 4.82 us (8 on two warps 4.41), T=4096 3.75 vs 3.49.
+SPLIT_WIDE_TOKENS: int | None = 8192  # from here 8 threads a row, below 16
 # Split rows with logit keys whose programs fall back settle their close rows on exact scores first (the K winners'
 # scores ranked by score and id, _split_settle_pairs) and take the 64-bit rounds only for what that cannot decide:
 # forced on or off (tests, the benchmark's A/B), or the default, SPLIT_PAIR_EXACT. Run 38 (BENCHMARKS.md) found one
