@@ -10,9 +10,11 @@ def _patch_language_once_a_launch() -> None:
     helpers thousands of times a program: cProfile put a quarter of an interpreted launch there. A helper's
     patches are never restored (the interpreter drops their scope), and the launch's own are restored only when
     the launch ends, so once a module's language is patched in a launch, patching it again changes nothing: this
-    does it once a module a launch. Triton's other versions are left alone."""
+    does it once a module a launch. Only for Triton 3.6, whose interpreter this was read in."""
     ti = sys.modules.get("triton.runtime.interpreter")
     if ti is None or os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    if not getattr(sys.modules.get("triton"), "__version__", "").startswith("3.6."):
         return
     grid_call = getattr(getattr(ti, "GridExecutor", None), "__call__", None)
     patch_lang, scope_type = getattr(ti, "_patch_lang", None), getattr(ti, "_LangPatchScope", None)
@@ -37,7 +39,6 @@ def _patch_language_once_a_launch() -> None:
     ti._patch_lang = patch_once
     ti.GridExecutor.__call__ = launch
     ti._moegate_patched = True
-
 
 
 def pytest_collection_finish(session):

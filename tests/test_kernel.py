@@ -805,12 +805,13 @@ def test_pdl_where_the_launcher_asks_for_it(monkeypatch):
     split rows on two-warp programs only (from T = 16384); use_pdl_override wins."""
     import moegate.kernels.router as kr
 
+    # The launch as route_triton makes it, on a device that has PDL (CPU tensors here: the device check answers yes).
+    monkeypatch.setattr(kr, "_use_pdl", lambda device, *args: kr._pdl_wanted(*args))
+
     def wanted(cfg, T):
-        split = kr._split_threads(cfg, T)
-        thread = not split and kr._use_thread_rows(cfg)
-        g, gs = kr._tile_shape(cfg)
-        _, warps = kr._launch_shape(T, g * gs, thread, split)
-        return kr._pdl_wanted(T, thread, split, warps)
+        bias = {"bias": torch.zeros(cfg.num_experts)} if cfg.has_correction_bias else {}
+        seen = _launch_kwargs(torch.empty(T, cfg.num_experts), cfg, **bias)
+        return seen.get("launch_pdl", False)
 
     dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
     qwen3 = RouterConfig(128, 8, scoring="softmax", renormalize=True)
