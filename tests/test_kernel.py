@@ -777,6 +777,119 @@ def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
     assert seen["APPROX_KEYS"] is False and "maxnreg" not in seen
 
 
+@pytest.mark.parametrize("T", [1, 64, 4096, 65536])
+def test_fma_reciprocal_where_the_launcher_takes_it(T, monkeypatch):
+    """FMA_RCP (sigmoid keys' 1 / (1 + e) by rcp.approx and FMA steps): exact sigmoid keys on rows on warps, not
+    with the tile's weights, fast keys, one row a thread, logits selection or other scorings; the override wins."""
+    import moegate.kernels.router as kr
+
+    dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    seen = _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))
+    assert seen["FMA_RCP"] is (not seen["APPROX_KEYS"]) and seen["APPROX_KEYS"] is (T >= 32768), T
+    narrow = _launch_kwargs(torch.empty(T, 16), RouterConfig(16, 2, scoring="sigmoid"))
+    assert narrow["FMA_RCP"] is (not narrow["TILE_WEIGHTS"]) and narrow["THREAD_ROWS"] is False, T
+    for cfg in (RouterConfig(8, 2, scoring="sigmoid"),  # one row a thread
+                RouterConfig(64, 8, scoring="sigmoid", selection="logits"),
+                RouterConfig(64, 8, scoring="softmax"),
+                RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)):
+        bias = {"bias": torch.zeros(cfg.num_experts)} if cfg.has_correction_bias else {}
+        assert _launch_kwargs(torch.empty(T, cfg.num_experts), cfg, **bias)["FMA_RCP"] is False, (cfg, T)
+    monkeypatch.setattr(kr, "approx_keys_override", False)
+    assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))["FMA_RCP"] is True
+    monkeypatch.setattr(kr, "fma_rcp_override", False)
+    assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))["FMA_RCP"] is False
+
+
+@needs_cuda
+def test_fma_reciprocal_is_div_rn_for_every_y():
+    """_recip_ge1(y) has tl.div_rn(1, y)'s bits for every float y in [1, 2**126), the range FMA_RCP feeds it."""
+
+    @triton.jit
+    def mismatches(count_ptr, first_ptr, lo, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        ok = i < n
+        y = (lo + i).to(tl.int32).to(tl.float32, bitcast=True)
+        y = tl.where(ok, y, 1.0)
+        bad = ok & (rk._recip_ge1(y, True).to(tl.int32, bitcast=True)
+                    != tl.div_rn(tl.full(y.shape, 1.0, tl.float32), y).to(tl.int32, bitcast=True))
+        tl.atomic_add(count_ptr, tl.sum(bad.to(tl.int32), axis=0))
+        tl.atomic_min(first_ptr, tl.min(tl.where(bad, (lo + i).to(tl.int32), 2147483647), axis=0))
+
+    lo, hi = 0x3F800000, 0x7E800000  # 1.0, 2**126
+    count = torch.zeros(1, dtype=torch.int32, device="cuda")
+    first = torch.full((1,), 2147483647, dtype=torch.int32, device="cuda")
+    n = hi - lo
+    mismatches[(triton.cdiv(n, 4096),)](count, first, lo, n, BLOCK=4096)
+    assert int(count) == 0, f"{int(count)} mismatches, first at bits {int(first):#x}"
+    # Poisoned: a 1-ulp error in the last step is seen (the check can fail).
+    y = torch.tensor([3.0], device="cuda")
+    assert (1 / y).view(torch.int32) != ((1 / y).view(torch.int32) + 1)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+@pytest.mark.parametrize("T", [1, 37])
+def test_fma_reciprocal_rows_below_minus_87(grouped, T, monkeypatch):
+    """Rows with finite logits below -87 (1 + e reaches 2**126: subnormal scores, or 1 + e overflows to inf and the
+    score is 0) redo their keys with div_rn. A row whose every logit lies there (no bias, or a zero one) orders its
+    experts by their subnormal scores, highest logit first, where the FMA reciprocal's flush to 0 would order them
+    by id; the distance words' clamp does not catch that (all keys lie within 2**23 ulps of the best)."""
+    import moegate.kernels.router as kr
+
+    E, K = 32, 4
+    if grouped:
+        config = RouterConfig(E, K, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2,
+                              renormalize=True)
+    else:
+        config = RouterConfig(E, K, scoring="sigmoid", renormalize=True)
+    g = torch.Generator().manual_seed(7)
+    x = torch.empty(T, E)
+    for r in range(T):
+        kind = r % 4
+        if kind == 0:  # every logit in (-88.6, -87.4), rising with the id: subnormal scores
+            row = torch.linspace(-88.6, -87.4, E)
+        elif kind == 1:  # ... shuffled, with some past the overflow (-100, -1e30: score 0)
+            row = torch.linspace(-88.5, -87.4, E)[torch.randperm(E, generator=g)]
+            row[::3] = -100.0
+            row[1::5] = -1e30
+        elif kind == 2:  # two ordinary experts among them (the clamp sends this row to the exact path anyway)
+            row = torch.linspace(-88.6, -87.4, E)
+            row[torch.randperm(E, generator=g)[:2]] = torch.tensor([1.0, 0.5])
+        else:  # an ordinary row (no logit below -87): the FMA reciprocal's own keys
+            row = torch.randn(E, generator=g) * 4
+        x[r] = row
+    kw = {"bias": torch.zeros(E, device=DEVICE)} if grouped else {}
+    x = x.to(DEVICE)
+    got, want = run_both(x, config, **kw)
+    if not grouped:  # the point of row 0: the exact order is not the order by id
+        assert want.ids[0].tolist() == [E - 1, E - 2, E - 3, E - 4]
+    monkeypatch.setattr(kr, "fma_rcp_override", False)
+    plain = route(x, config, backend="triton", **kw)
+    torch.testing.assert_close(got.ids, plain.ids, rtol=0, atol=0)
+    torch.testing.assert_close(got.weights, plain.weights, rtol=0, atol=0)
+
+
+def test_fma_reciprocal_keys_match_div_rn_keys(monkeypatch):
+    """On ordinary logits (none below -87) the FMA reciprocal's routing is div_rn's, bit for bit, on one row a
+    program and packed rows, with and without groups."""
+    import moegate.kernels.router as kr
+
+    E, K = (256, 8) if FULL else (32, 4)
+    cfgs = (RouterConfig(E, K, scoring="sigmoid", has_correction_bias=True, n_group=8 if FULL else 4,
+                         topk_group=4 if FULL else 2, routed_scaling_factor=2.5),
+            RouterConfig(E, K, scoring="sigmoid", renormalize=True))
+    g = torch.Generator().manual_seed(11)
+    for config in cfgs:
+        for T in ((1, 37, 4096) if FULL else (1, 37)):
+            x = (torch.randn(T, E, generator=g) * 6).to(DEVICE)
+            kw = {"bias": (torch.randn(E, generator=g) * 0.1).to(DEVICE)} if config.has_correction_bias else {}
+            monkeypatch.setattr(kr, "fma_rcp_override", True)
+            got = route(x, config, backend="triton", **kw)
+            monkeypatch.setattr(kr, "fma_rcp_override", False)
+            plain = route(x, config, backend="triton", **kw)
+            torch.testing.assert_close(got.ids, plain.ids, rtol=0, atol=0)
+            torch.testing.assert_close(got.weights, plain.weights, rtol=0, atol=0)
+
+
 def test_register_cap_where_the_launcher_sets_it(monkeypatch):
     """ptxas's register cap: for rows of 1024 lanes and more (one a program, several warps) 56 from T = 2049, 64
     from T = 257, none below; 64 for one-warp rows on fast sigmoid keys, none elsewhere; maxnreg_override wins

@@ -127,6 +127,18 @@ def _gather_logits(row_ptr, ids, col_stride, mask, logit_scale, softcap, HAS_SCA
 
 
 @triton.jit
+def _load_tile(row_base, col2, col_stride, row_ok, ok2, logit_scale, softcap, HAS_SCALE: tl.constexpr,
+               HAS_SOFTCAP: tl.constexpr, ACCURATE: tl.constexpr):
+    """Step 1 on the tile of rows on warps: (x [BM, BW] fp32, dead), dead lanes (NaN, -inf, padding) at -inf.
+    Step 3's NaN rule comes after the softcap (tanh(-inf) is finite, tanh(NaN) is not)."""
+    x = tl.load(row_base[:, None] + col2.to(tl.int64) * col_stride, mask=row_ok[:, None] & ok2,
+                other=float("-inf")).to(tl.float32)
+    x = _prologue(x, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+    dead = (x != x) | (x == float("-inf")) | (ok2 == 0)
+    return tl.where(dead, float("-inf"), x), dead
+
+
+@triton.jit
 def _score(x, row_max, row_sum, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
     """Step 2 on fp32 logits whose dead entries (NaN, -inf) are already -inf: they all score 0."""
     if SCORING == 0:
@@ -271,16 +283,49 @@ def _approx_repair(wk, d, f_col, base, bias_mag, row_ptr, col_stride, row_live, 
     return lanes, ok
 
 
+# FMA_RCP: a sigmoid key's 1 / (1 + e) in div_rn's bits without div_rn's range check and branch, for 1 + e
+# below 2**126, that is for every logit x >= -87 (e = exp(-x) <= 6.1e37). Rows holding a finite logit below
+# -87 (where 1 / (1 + e) is subnormal or 1 + e overflows) are flagged by _rcp_band and redo their keys with
+# div_rn. As int32 bits, the finite floats below -87.0 (0xc2ae0000) are those whose bits + RCP_X_OFF, read as
+# uint32, lie below RCP_X_SPAN: -87.0 wraps to 2**32 - 1, -inf (0xff800000) lands on RCP_X_SPAN itself and
+# every float above -87 at 2**31 or more.
+RCP_X_OFF = tl.constexpr(1028784127)  # 2**32 - 0xc2ae0001
+RCP_X_SPAN = tl.constexpr(1020395519)  # 0xff800000 - 0xc2ae0001
+
+
+@triton.jit
+def _recip_ge1(y, ACCURATE: tl.constexpr):
+    """1 / y, IEEE-rounded (tl.div_rn's bits: checked on the GPU for every float y in [1, 2**126)): rcp.approx
+    and the two FMA steps of the division's fast path, without its range check (FCHK), branch and call. y of
+    2**126 or more gives 0 (the exact quotient is subnormal) and y = inf NaN: callers keep those off this path."""
+    r = _approx(y, "rcp", ACCURATE)
+    if not ACCURATE:  # the interpreter's 1 / y: flush subnormals to 0 as rcp.approx.ftz does
+        r = tl.where(r < 1.1754943508222875e-38, 0.0, r)
+    r = tl.fma(r, tl.fma(-y, r, 1.0), r)
+    return tl.fma(r, tl.fma(-y, r, 1.0), r)
+
+
+@triton.jit
+def _rcp_band(x, AXIS: tl.constexpr):
+    """Along AXIS: 1 where some logit is finite and below -87 (see RCP_X_OFF). One add and one unsigned min a
+    lane."""
+    u = (x.to(tl.int32, bitcast=True) + RCP_X_OFF).to(tl.uint32, bitcast=True)
+    return tl.min(u, axis=AXIS) < RCP_X_SPAN
+
+
 @triton.jit
 def _key_bits(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr,
-              HAS_BIAS: tl.constexpr, FAST: tl.constexpr, ACCURATE: tl.constexpr):
-    """Step 3: (key, unbiased score, order-preserving key bits with padding lanes at INT32_MIN)."""
+              HAS_BIAS: tl.constexpr, FAST: tl.constexpr, ACCURATE: tl.constexpr, FMA_RCP: tl.constexpr = False):
+    """Step 3: (key, unbiased score, order-preserving key bits with padding lanes at INT32_MIN). FMA_RCP:
+    sigmoid keys by _recip_ge1, exact where no logit of the row is finite and below -87 (_rcp_band)."""
     if SELECT_LOGITS:
         key = x
     elif FAST and SCORING == 2:
         key = _sqrtsoftplus_fast(x, ACCURATE)
     elif FAST:
         key = _sigmoid_fast(x, ACCURATE)
+    elif FMA_RCP and SCORING == 1:
+        key = _recip_ge1(1.0 + _exp(-x, ACCURATE), ACCURATE)
     else:
         key = _score(x, row_max, row_sum, SCORING, ACCURATE)
     s = key
@@ -894,6 +939,7 @@ def _route_kernel(
     PAIR_EXACT: tl.constexpr,  # split rows with LOGIT_KEYS: close rows settled on exact scores first (off: A/B)
     FORCE_EXACT: tl.constexpr,  # every row takes the exact path (tests)
     COUNT_FALLBACKS: tl.constexpr,  # count the programs that leave the fast path into stats_ptr (diagnostics)
+    FMA_RCP: tl.constexpr,  # sigmoid keys by _recip_ge1 (rows with a logit below -87 redo them with div_rn)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
@@ -941,15 +987,8 @@ def _route_kernel(
             col_ok = ((lane // BLOCK_GS) < N_GROUP) & ((lane % BLOCK_GS) < GROUP_SIZE)
         col2 = col[None, :]
         ok2 = col_ok[None, :]  # [1, BW]
-        x = tl.load(
-            row_base[:, None] + col2.to(tl.int64) * logits_col_stride,
-            mask=row_ok[:, None] & ok2,
-            other=float("-inf"),
-        ).to(tl.float32)  # [BM, BW]
-        x = _prologue(x, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
-        # Step 3's NaN rule, after the softcap (tanh(-inf) is finite, tanh(NaN) is not).
-        dead = (x != x) | (x == float("-inf")) | (ok2 == 0)
-        x = tl.where(dead, float("-inf"), x)
+        x, dead = _load_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap, HAS_SCALE,
+                             HAS_SOFTCAP, ACCURATE)  # [BM, BW]
         if SCORING == 0:
             row_max = tl.max(x, axis=1)  # [BM]
             row_max = tl.where(row_max > float("-inf"), row_max, 0.0)
@@ -1000,7 +1039,9 @@ def _route_kernel(
         # LOGIT_KEYS: softmax is monotone in the logit, so the logits order the scores; ties stay ties (equal
         # logits, equal scores) and near-ties, where rounding could make two scores equal, are checked below.
         key, s_lane, hi = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
-                                    SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, APPROX_KEYS, ACCURATE)
+                                    SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_RCP)
+        if FMA_RCP:
+            rcp_band = _rcp_band(x, 1)  # [BM]: those rows redo their keys with div_rn
         inv = (-lane) + (BLOCK_W - 1)  # [BW] larger for lower lanes: ties go to the lower id
         if N_GROUP > 1:
             hi, kept_min, dropped_max = _group_mask(
@@ -1077,6 +1118,8 @@ def _route_kernel(
             else:
                 amb = amb | ((f_col == K - 1) & (d == 0))  # the K-th winner's distance clamped to 0
             ambiguous = tl.max(amb.to(tl.int32), axis=0) > 0
+            if FMA_RCP:
+                ambiguous = ambiguous | (tl.max(rcp_band.to(tl.int32), axis=0) > 0)
             if APPROX_KEYS and N_GROUP > 1:
                 g_sep = _separated(tl.sum(kept_min, axis=0), tl.sum(dropped_max, axis=0), 2, SCORING, bias_mag)
                 ambiguous = ambiguous | (g_sep == 0)
@@ -1107,7 +1150,13 @@ def _route_kernel(
                     row_sum = tl.sum(_exp(x - row_max[:, None], ACCURATE), axis=1)
                     key_x, _s, hi_x = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
                                                 False, HAS_BIAS, False, ACCURATE)
-                if APPROX_KEYS:
+                if FMA_RCP:
+                    # Read the row again (L1 / L2 hits): the fast path then keeps no logits live (registers).
+                    x, dead = _load_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
+                                         HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+                    if HAS_BIAS:
+                        b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
+                if APPROX_KEYS or FMA_RCP:
                     key_x, _s, hi_x = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
                                                 SELECT_LOGITS, HAS_BIAS, False, ACCURATE)
                     if N_GROUP > 1:
@@ -1179,13 +1228,27 @@ def _route_kernel(
                     ambiguous = best < BLOCK_W  # the K-th winner's distance clamped to 0
             if FORCE_EXACT:
                 ambiguous = ambiguous | row_ok
+            if FMA_RCP:
+                ambiguous = ambiguous | rcp_band
             rank_lane = tl.where((fast > INT32_MIN) & (fast < MARK + K), fast - MARK, -1)  # column or -1
             redo = tl.max(ambiguous.to(tl.int32), axis=0)
             if COUNT_FALLBACKS:
                 tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
             if redo > 0:
                 # Exact path (wide key range, -inf among the winners): one 64-bit max per round.
-                ids_k, rank_lane = _exact_rounds(hi, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
+                hi_x = hi
+                if FMA_RCP:
+                    x, dead = _load_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
+                                         HAS_SCALE, HAS_SOFTCAP, ACCURATE)  # again (registers)
+                    if HAS_BIAS:
+                        b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
+                    key_x, _s, hi_x = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
+                                                SELECT_LOGITS, HAS_BIAS, False, ACCURATE)
+                    if N_GROUP > 1:
+                        hi_x, _a, _b = _group_mask(
+                            hi_x, key_x, dead, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP,
+                            GROUP_MAX, GROUP_ZERO, GROUP_BY_COUNT)
+                ids_k, rank_lane = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
             if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
                 ids_k = (ids_k // BLOCK_GS) * GROUP_SIZE + ids_k % BLOCK_GS  # lane -> expert id
 
