@@ -778,83 +778,98 @@ def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
 
 
 @pytest.mark.parametrize("T", [1, 64, 4096, 65536])
-def test_fma_reciprocal_where_the_launcher_takes_it(T, monkeypatch):
-    """FMA_RCP (sigmoid keys' 1 / (1 + e) by rcp.approx and FMA steps): exact sigmoid keys on rows on warps, not
-    with the tile's weights, fast keys, one row a thread, logits selection or other scorings; the override wins."""
+def test_fma_keys_where_the_launcher_takes_them(T, monkeypatch):
+    """FMA_KEYS (sigmoid / sqrt-softplus keys in their FMA forms): exact keys on rows on warps, not with the tile's
+    weights, fast keys, one row a thread, logits selection or softmax; the override wins."""
     import moegate.kernels.router as kr
 
     dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
     seen = _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))
-    assert seen["FMA_RCP"] is (not seen["APPROX_KEYS"]) and seen["APPROX_KEYS"] is (T >= 32768), T
+    assert seen["FMA_KEYS"] is (not seen["APPROX_KEYS"]) and seen["APPROX_KEYS"] is (T >= 32768), T
+    dsv4 = RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)
+    seen = _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))
+    assert seen["FMA_KEYS"] is (not seen["APPROX_KEYS"]) and seen["APPROX_KEYS"] is (T == 1 or T >= 8192), T
     narrow = _launch_kwargs(torch.empty(T, 16), RouterConfig(16, 2, scoring="sigmoid"))
-    assert narrow["FMA_RCP"] is (not narrow["TILE_WEIGHTS"]) and narrow["THREAD_ROWS"] is False, T
+    assert narrow["FMA_KEYS"] is (not narrow["TILE_WEIGHTS"]) and narrow["THREAD_ROWS"] is False, T
     for cfg in (RouterConfig(8, 2, scoring="sigmoid"),  # one row a thread
                 RouterConfig(64, 8, scoring="sigmoid", selection="logits"),
-                RouterConfig(64, 8, scoring="softmax"),
-                RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)):
-        bias = {"bias": torch.zeros(cfg.num_experts)} if cfg.has_correction_bias else {}
-        assert _launch_kwargs(torch.empty(T, cfg.num_experts), cfg, **bias)["FMA_RCP"] is False, (cfg, T)
+                RouterConfig(64, 8, scoring="softmax")):
+        assert _launch_kwargs(torch.empty(T, cfg.num_experts), cfg)["FMA_KEYS"] is False, (cfg, T)
     monkeypatch.setattr(kr, "approx_keys_override", False)
-    assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))["FMA_RCP"] is True
-    monkeypatch.setattr(kr, "fma_rcp_override", False)
-    assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))["FMA_RCP"] is False
+    assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))["FMA_KEYS"] is True
+    monkeypatch.setattr(kr, "fma_keys_override", False)
+    assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))["FMA_KEYS"] is False
 
 
 @needs_cuda
-def test_fma_reciprocal_is_div_rn_for_every_y():
-    """_recip_ge1(y) has tl.div_rn(1, y)'s bits for every float y in [1, 2**126), the range FMA_RCP feeds it."""
+def test_fma_keys_are_div_rn_and_sqrt_rn_for_every_input():
+    """_recip_ge1(y) has tl.div_rn(1, y)'s bits for every float y in [1, 2**126), and _sqrt_fma(a) tl.sqrt_rn(a)'s
+    for every float a in [2**-101, FLT_MAX]: the ranges FMA_KEYS feeds them."""
 
     @triton.jit
-    def mismatches(count_ptr, first_ptr, lo, n, BLOCK: tl.constexpr):
+    def mismatches(count_ptr, first_ptr, lo, n, SQRT: tl.constexpr, BLOCK: tl.constexpr):
         i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         ok = i < n
-        y = (lo + i).to(tl.int32).to(tl.float32, bitcast=True)
-        y = tl.where(ok, y, 1.0)
-        bad = ok & (rk._recip_ge1(y, True).to(tl.int32, bitcast=True)
-                    != tl.div_rn(tl.full(y.shape, 1.0, tl.float32), y).to(tl.int32, bitcast=True))
+        a = tl.where(ok, (lo + i).to(tl.int32).to(tl.float32, bitcast=True), 1.0)
+        if SQRT:
+            got, want = rk._sqrt_fma(a, True), tl.sqrt_rn(a)
+        else:
+            got, want = rk._recip_ge1(a, True), tl.div_rn(tl.full(a.shape, 1.0, tl.float32), a)
+        bad = ok & (got.to(tl.int32, bitcast=True) != want.to(tl.int32, bitcast=True))
         tl.atomic_add(count_ptr, tl.sum(bad.to(tl.int32), axis=0))
         tl.atomic_min(first_ptr, tl.min(tl.where(bad, (lo + i).to(tl.int32), 2147483647), axis=0))
 
-    lo, hi = 0x3F800000, 0x7E800000  # 1.0, 2**126
-    count = torch.zeros(1, dtype=torch.int32, device="cuda")
-    first = torch.full((1,), 2147483647, dtype=torch.int32, device="cuda")
-    n = hi - lo
-    mismatches[(triton.cdiv(n, 4096),)](count, first, lo, n, BLOCK=4096)
-    assert int(count) == 0, f"{int(count)} mismatches, first at bits {int(first):#x}"
-    # Poisoned: a 1-ulp error in the last step is seen (the check can fail).
-    y = torch.tensor([3.0], device="cuda")
-    assert (1 / y).view(torch.int32) != ((1 / y).view(torch.int32) + 1)
+    for sqrt, lo, hi in ((False, 0x3F800000, 0x7E800000),  # [1.0, 2**126)
+                         (True, 0x0D000000, 0x7F800000)):  # [2**-101, inf)
+        count = torch.zeros(1, dtype=torch.int32, device="cuda")
+        first = torch.full((1,), 2147483647, dtype=torch.int32, device="cuda")
+        mismatches[(triton.cdiv(hi - lo, 4096),)](count, first, lo, hi - lo, SQRT=sqrt, BLOCK=4096)
+        assert int(count) == 0, f"sqrt={sqrt}: {int(count)} mismatches, first at bits {int(first):#x}"
+    # The check can fail: the same kernel over a range where the FMA forms are not IEEE (subnormal quotients,
+    # subnormal square roots' inputs) counts mismatches.
+    for sqrt, lo, hi in ((False, 0x7E800001, 0x7F000000), (True, 0x00000001, 0x00800000)):
+        count = torch.zeros(1, dtype=torch.int32, device="cuda")
+        first = torch.full((1,), 2147483647, dtype=torch.int32, device="cuda")
+        mismatches[(triton.cdiv(hi - lo, 4096),)](count, first, lo, hi - lo, SQRT=sqrt, BLOCK=4096)
+        assert int(count) > 0, sqrt
 
 
 @pytest.mark.parametrize("grouped", [False, True])
 @pytest.mark.parametrize("T", [1, 37])
-def test_fma_reciprocal_rows_below_minus_87(grouped, T, monkeypatch):
-    """Rows with finite logits below -87 (1 + e reaches 2**126: subnormal scores, or 1 + e overflows to inf and the
-    score is 0) redo their keys with div_rn. A row whose every logit lies there (no bias, or a zero one) orders its
-    experts by their subnormal scores, highest logit first, where the FMA reciprocal's flush to 0 would order them
-    by id; the distance words' clamp does not catch that (all keys lie within 2**23 ulps of the best)."""
+@pytest.mark.parametrize("scoring", ["sigmoid", "sqrtsoftplus"])
+def test_fma_keys_rows_below_the_bound(scoring, grouped, T, monkeypatch):
+    """Rows with finite logits below the FMA keys' bound redo their keys with div_rn / sqrt_rn. Sigmoid, below -87:
+    1 + e reaches 2**126 (subnormal scores, or 1 + e overflows and the score is 0); a row whose every logit lies
+    there (no bias, or a zero one) orders its experts by their subnormal scores, highest logit first, where the FMA
+    reciprocal's flush to 0 would order them by id, and the distance words' clamp does not catch that (all keys lie
+    within 2**23 ulps of the best). Sqrt-softplus, below -69 (softplus under 2**-101, where the FMA square root is
+    not IEEE), and +inf logits (the FMA square root's NaN)."""
     import moegate.kernels.router as kr
 
     E, K = 32, 4
+    renorm = scoring == "sigmoid"  # sqrt-softplus rows hold a +inf key: weights inf, renormalized inf / inf
     if grouped:
-        config = RouterConfig(E, K, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2,
-                              renormalize=True)
+        config = RouterConfig(E, K, scoring=scoring, has_correction_bias=True, n_group=4, topk_group=2,
+                              renormalize=renorm)
     else:
-        config = RouterConfig(E, K, scoring="sigmoid", renormalize=True)
+        config = RouterConfig(E, K, scoring=scoring, renormalize=renorm)
+    lo, hi = (-88.6, -87.4) if scoring == "sigmoid" else (-100.0, -69.5)  # sigmoid: 1 + e >= 2**126 throughout
     g = torch.Generator().manual_seed(7)
     x = torch.empty(T, E)
     for r in range(T):
         kind = r % 4
-        if kind == 0:  # every logit in (-88.6, -87.4), rising with the id: subnormal scores
-            row = torch.linspace(-88.6, -87.4, E)
-        elif kind == 1:  # ... shuffled, with some past the overflow (-100, -1e30: score 0)
-            row = torch.linspace(-88.5, -87.4, E)[torch.randperm(E, generator=g)]
+        if kind == 0:  # every logit in [lo, hi], rising with the id
+            row = torch.linspace(lo, hi, E)
+        elif kind == 1:  # ... shuffled, with some further down (-100, -1e30: exp(-x) overflows)
+            row = torch.linspace(lo, hi, E)[torch.randperm(E, generator=g)]
             row[::3] = -100.0
             row[1::5] = -1e30
         elif kind == 2:  # two ordinary experts among them (the clamp sends this row to the exact path anyway)
-            row = torch.linspace(-88.6, -87.4, E)
+            row = torch.linspace(lo, hi, E)
             row[torch.randperm(E, generator=g)[:2]] = torch.tensor([1.0, 0.5])
-        else:  # an ordinary row (no logit below -87): the FMA reciprocal's own keys
+            if scoring == "sqrtsoftplus" and r % 8 == 2:
+                row[3] = float("inf")  # key +inf, the row's best
+        else:  # an ordinary row (no logit below the bound): the FMA keys themselves
             row = torch.randn(E, generator=g) * 4
         x[r] = row
     kw = {"bias": torch.zeros(E, device=DEVICE)} if grouped else {}
@@ -862,29 +877,30 @@ def test_fma_reciprocal_rows_below_minus_87(grouped, T, monkeypatch):
     got, want = run_both(x, config, **kw)
     if not grouped:  # the point of row 0: the exact order is not the order by id
         assert want.ids[0].tolist() == [E - 1, E - 2, E - 3, E - 4]
-    monkeypatch.setattr(kr, "fma_rcp_override", False)
+    monkeypatch.setattr(kr, "fma_keys_override", False)
     plain = route(x, config, backend="triton", **kw)
     torch.testing.assert_close(got.ids, plain.ids, rtol=0, atol=0)
     torch.testing.assert_close(got.weights, plain.weights, rtol=0, atol=0)
 
 
-def test_fma_reciprocal_keys_match_div_rn_keys(monkeypatch):
-    """On ordinary logits (none below -87) the FMA reciprocal's routing is div_rn's, bit for bit, on one row a
-    program and packed rows, with and without groups."""
+def test_fma_keys_match_exact_keys(monkeypatch):
+    """On ordinary logits (none below the bound) the FMA keys' routing is div_rn's / sqrt_rn's, bit for bit, on one
+    row a program and packed rows, with and without groups."""
     import moegate.kernels.router as kr
 
     E, K = (256, 8) if FULL else (32, 4)
     cfgs = (RouterConfig(E, K, scoring="sigmoid", has_correction_bias=True, n_group=8 if FULL else 4,
                          topk_group=4 if FULL else 2, routed_scaling_factor=2.5),
-            RouterConfig(E, K, scoring="sigmoid", renormalize=True))
+            RouterConfig(E, K, scoring="sigmoid", renormalize=True),
+            RouterConfig(E, 6 if FULL else 3, scoring="sqrtsoftplus", has_correction_bias=True, renormalize=True))
     g = torch.Generator().manual_seed(11)
     for config in cfgs:
         for T in ((1, 37, 4096) if FULL else (1, 37)):
             x = (torch.randn(T, E, generator=g) * 6).to(DEVICE)
             kw = {"bias": (torch.randn(E, generator=g) * 0.1).to(DEVICE)} if config.has_correction_bias else {}
-            monkeypatch.setattr(kr, "fma_rcp_override", True)
+            monkeypatch.setattr(kr, "fma_keys_override", True)
             got = route(x, config, backend="triton", **kw)
-            monkeypatch.setattr(kr, "fma_rcp_override", False)
+            monkeypatch.setattr(kr, "fma_keys_override", False)
             plain = route(x, config, backend="triton", **kw)
             torch.testing.assert_close(got.ids, plain.ids, rtol=0, atol=0)
             torch.testing.assert_close(got.weights, plain.weights, rtol=0, atol=0)

@@ -71,11 +71,12 @@ APPROX_SSP_MIN_TOKENS = 8192
 # row about what the exact keys save.
 approx_repair_override: bool | None = None
 APPROX_REPAIR = False
-# Exact sigmoid keys with 1 / (1 + e) from rcp.approx and two FMA steps (FMA_RCP, router_kernel._recip_ge1: the
-# bits of div_rn without its range check and branch; rows with a logit below -87 redo their keys with div_rn):
-# forced on or off (tests, the benchmark's A/B), or the default, FMA_RCP, for rows on warps with exact keys.
-fma_rcp_override: bool | None = None
-FMA_RCP = True
+# Exact sigmoid / sqrt-softplus keys in their FMA forms (FMA_KEYS: router_kernel._recip_ge1 and _sqrt_fma, the bits
+# of div_rn and sqrt_rn without their range checks and branches; rows with a finite logit below -87 / -69 redo their
+# keys exactly): forced on or off (tests, the benchmark's A/B), or the default, FMA_KEYS, for rows on warps with exact
+# keys.
+fma_keys_override: bool | None = None
+FMA_KEYS = True
 APPROX_REPAIR_MAX_TOKENS = 16384
 # Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
 # True) or never (False).
@@ -385,10 +386,10 @@ def _launch(
     approx_repair = approx_keys and spec.N_GROUP == 1 and APPROX_REPAIR and T < APPROX_REPAIR_MAX_TOKENS
     if approx_repair_override is not None:
         approx_repair = approx_keys and spec.N_GROUP == 1 and approx_repair_override
-    # Exact sigmoid keys on rows on warps, not the tile's weights (they come from the same scores).
-    fma_rcp = (spec.SCORING == 1 and not spec.SELECT_LOGITS and not spec.HASH and not spec.THREAD_ROWS
+    # Exact sigmoid / sqrt-softplus keys on rows on warps, not the tile's weights (they come from the same scores).
+    fma_keys = (spec.SCORING in (1, 2) and not spec.SELECT_LOGITS and not spec.HASH and not spec.THREAD_ROWS
                and not spec.SPLIT_ROWS and not tile_weights and not approx_keys)
-    fma_rcp = fma_rcp and (FMA_RCP if fma_rcp_override is None else fma_rcp_override)
+    fma_keys = fma_keys and (FMA_KEYS if fma_keys_override is None else fma_keys_override)
     # Renormalized softmax selected on the logits (LOGIT_KEYS, see _logit_keys_allowed): with one row a
     # program, one row a thread or split rows (their words and checks), and the gather's weights.
     logit_keys = bool(spec.LOGIT_KEYS_OK and (spec.block_m == 1 or spec.THREAD_ROWS or spec.SPLIT_ROWS)
@@ -439,7 +440,7 @@ def _launch(
         THREAD_ROWS=bool(spec.THREAD_ROWS), SPLIT_ROWS=spec.SPLIT_ROWS,
         PAIR_EXACT=bool(spec.SPLIT_ROWS and logit_keys and (SPLIT_PAIR_EXACT if split_pair_exact_override is None
                                                               else split_pair_exact_override)),
-        FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None, FMA_RCP=fma_rcp,
+        FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None, FMA_KEYS=fma_keys,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )

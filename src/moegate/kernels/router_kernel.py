@@ -283,49 +283,82 @@ def _approx_repair(wk, d, f_col, base, bias_mag, row_ptr, col_stride, row_live, 
     return lanes, ok
 
 
-# FMA_RCP: a sigmoid key's 1 / (1 + e) in div_rn's bits without div_rn's range check and branch, for 1 + e
-# below 2**126, that is for every logit x >= -87 (e = exp(-x) <= 6.1e37). Rows holding a finite logit below
-# -87 (where 1 / (1 + e) is subnormal or 1 + e overflows) are flagged by _rcp_band and redo their keys with
-# div_rn. As int32 bits, the finite floats below -87.0 (0xc2ae0000) are those whose bits + RCP_X_OFF, read as
-# uint32, lie below RCP_X_SPAN: -87.0 wraps to 2**32 - 1, -inf (0xff800000) lands on RCP_X_SPAN itself and
-# every float above -87 at 2**31 or more.
-RCP_X_OFF = tl.constexpr(1028784127)  # 2**32 - 0xc2ae0001
-RCP_X_SPAN = tl.constexpr(1020395519)  # 0xff800000 - 0xc2ae0001
+# FMA_KEYS: exact sigmoid and sqrt-softplus keys without the range checks and branches of div_rn and sqrt_rn.
+# A sigmoid key's 1 / (1 + e) takes div_rn's bits from rcp.approx and two FMA steps (_recip_ge1) while 1 + e is below
+# 2**126, that is for every logit x >= -87 (e = exp(-x) <= 6.1e37); a sqrt-softplus key's square root takes sqrt_rn's
+# bits from rsqrt.approx, two products and an FMA step (_sqrt_fma) for softplus values in [2**-101, FLT_MAX], that is
+# for every finite logit x >= -69 (softplus >= 1.08e-30). Rows holding a finite logit below the bound (FMA_X_OFF,
+# _fma_band) redo their keys with div_rn / sqrt_rn, and so do sqrt-softplus rows whose best key is NaN (a +inf logit,
+# whose square root the FMA form makes NaN). As int32 bits, the finite floats below the bound b (-87.0 = 0xc2ae0000,
+# -69.0 = 0xc28a0000) are those whose bits + (2**32 - bits(b) - 1), read as uint32, lie below 0xff800000 - bits(b) -
+# 1: b itself wraps to 2**32 - 1, -inf (0xff800000) lands on the span itself and every float above b at 2**31 or more.
+FMA_X_OFF = tl.constexpr(1028784127)  # sigmoid: 2**32 - 0xc2ae0001
+FMA_X_SPAN = tl.constexpr(1020395519)  # 0xff800000 - 0xc2ae0001
+FMA_X_OFF_SSP = tl.constexpr(1031143423)  # sqrt-softplus: 2**32 - 0xc28a0001
+FMA_X_SPAN_SSP = tl.constexpr(1022754815)  # 0xff800000 - 0xc28a0001
+INF_BITS = tl.constexpr(2139095040)  # 0x7f800000: order bits above it are NaN
 
 
 @triton.jit
 def _recip_ge1(y, ACCURATE: tl.constexpr):
     """1 / y, IEEE-rounded (tl.div_rn's bits: checked on the GPU for every float y in [1, 2**126)): rcp.approx
-    and the two FMA steps of the division's fast path, without its range check (FCHK), branch and call. y of
-    2**126 or more gives 0 (the exact quotient is subnormal) and y = inf NaN: callers keep those off this path."""
-    r = _approx(y, "rcp", ACCURATE)
-    if not ACCURATE:  # the interpreter's 1 / y: flush subnormals to 0 as rcp.approx.ftz does
-        r = tl.where(r < 1.1754943508222875e-38, 0.0, r)
-    r = tl.fma(r, tl.fma(-y, r, 1.0), r)
-    return tl.fma(r, tl.fma(-y, r, 1.0), r)
+    and the two FMA steps of the division's fast path, without its range check (FCHK), branch and call. Past
+    2**126 it flushes to 0 (the exact quotient is subnormal) and y = inf gives NaN: callers keep those rows off
+    this path. The interpreter divides and flushes alike."""
+    if ACCURATE:
+        r = _approx(y, "rcp", ACCURATE)
+        r = tl.fma(r, tl.fma(-y, r, 1.0), r)
+        q = tl.fma(r, tl.fma(-y, r, 1.0), r)
+    else:
+        q = tl.div_rn(tl.full(y.shape, 1.0, tl.float32), y)
+        q = tl.where(y == float("inf"), float("nan"), tl.where(q < 1.1754943508222875e-38, 0.0, q))
+    return q
 
 
 @triton.jit
-def _rcp_band(x, AXIS: tl.constexpr):
-    """Along AXIS: 1 where some logit is finite and below -87 (see RCP_X_OFF). One add and one unsigned min a
-    lane."""
-    u = (x.to(tl.int32, bitcast=True) + RCP_X_OFF).to(tl.uint32, bitcast=True)
-    return tl.min(u, axis=AXIS) < RCP_X_SPAN
+def _sqrt_fma(a, ACCURATE: tl.constexpr):
+    """sqrt(a), IEEE-rounded (tl.sqrt_rn's bits: checked on the GPU for every float a in [2**-101, FLT_MAX]):
+    rsqrt.approx, a * r and r / 2, and one FMA step, sqrt_rn's fast path without its range check and branch.
+    Outside that range (0, subnormals, inf) the result may be NaN or wrong: callers keep those rows off this path.
+    The interpreter takes sqrt_rn there and NaN outside."""
+    if ACCURATE:
+        r = tl.inline_asm_elementwise("rsqrt.approx.ftz.f32 $0, $1;", "=f,f", [a], dtype=tl.float32, is_pure=True,
+                                      pack=1)
+        s = a * r
+        q = tl.fma(tl.fma(-s, s, a), r * 0.5, s)
+    else:
+        q = tl.where((a >= 3.944304526105059e-31) & (a < float("inf")), tl.sqrt_rn(a), float("nan"))
+    return q
+
+
+@triton.jit
+def _fma_band(x, SCORING: tl.constexpr, AXIS: tl.constexpr):
+    """Along AXIS: 1 where some logit is finite and below the FMA keys' bound (-87 for sigmoid, -69 for
+    sqrt-softplus; see FMA_X_OFF). One add and one unsigned min a lane."""
+    if SCORING == 2:
+        u = (x.to(tl.int32, bitcast=True) + FMA_X_OFF_SSP).to(tl.uint32, bitcast=True)
+        band = tl.min(u, axis=AXIS) < FMA_X_SPAN_SSP
+    else:
+        u = (x.to(tl.int32, bitcast=True) + FMA_X_OFF).to(tl.uint32, bitcast=True)
+        band = tl.min(u, axis=AXIS) < FMA_X_SPAN
+    return band
 
 
 @triton.jit
 def _key_bits(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr,
-              HAS_BIAS: tl.constexpr, FAST: tl.constexpr, ACCURATE: tl.constexpr, FMA_RCP: tl.constexpr = False):
-    """Step 3: (key, unbiased score, order-preserving key bits with padding lanes at INT32_MIN). FMA_RCP:
-    sigmoid keys by _recip_ge1, exact where no logit of the row is finite and below -87 (_rcp_band)."""
+              HAS_BIAS: tl.constexpr, FAST: tl.constexpr, ACCURATE: tl.constexpr, FMA_KEYS: tl.constexpr = False):
+    """Step 3: (key, unbiased score, order-preserving key bits with padding lanes at INT32_MIN). FMA_KEYS:
+    sigmoid / sqrt-softplus keys by _recip_ge1 / _sqrt_fma, exact on rows that _fma_band does not flag."""
     if SELECT_LOGITS:
         key = x
     elif FAST and SCORING == 2:
         key = _sqrtsoftplus_fast(x, ACCURATE)
     elif FAST:
         key = _sigmoid_fast(x, ACCURATE)
-    elif FMA_RCP and SCORING == 1:
+    elif FMA_KEYS and SCORING == 1:
         key = _recip_ge1(1.0 + _exp(-x, ACCURATE), ACCURATE)
+    elif FMA_KEYS and SCORING == 2:
+        key = _sqrt_fma(tl.where(x > 20.0, x, _log1p(_exp(tl.minimum(x, 20.0), ACCURATE), ACCURATE)), ACCURATE)
     else:
         key = _score(x, row_max, row_sum, SCORING, ACCURATE)
     s = key
@@ -939,7 +972,7 @@ def _route_kernel(
     PAIR_EXACT: tl.constexpr,  # split rows with LOGIT_KEYS: close rows settled on exact scores first (off: A/B)
     FORCE_EXACT: tl.constexpr,  # every row takes the exact path (tests)
     COUNT_FALLBACKS: tl.constexpr,  # count the programs that leave the fast path into stats_ptr (diagnostics)
-    FMA_RCP: tl.constexpr,  # sigmoid keys by _recip_ge1 (rows with a logit below -87 redo them with div_rn)
+    FMA_KEYS: tl.constexpr,  # sigmoid / sqrt-softplus keys in their FMA forms (flagged rows redo them exactly)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
@@ -1039,9 +1072,9 @@ def _route_kernel(
         # LOGIT_KEYS: softmax is monotone in the logit, so the logits order the scores; ties stay ties (equal
         # logits, equal scores) and near-ties, where rounding could make two scores equal, are checked below.
         key, s_lane, hi = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
-                                    SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_RCP)
-        if FMA_RCP:
-            rcp_band = _rcp_band(x, 1)  # [BM]: those rows redo their keys with div_rn
+                                    SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_KEYS)
+        if FMA_KEYS:
+            fma_band = _fma_band(x, SCORING, 1)  # [BM]: those rows redo their keys with div_rn / sqrt_rn
         inv = (-lane) + (BLOCK_W - 1)  # [BW] larger for lower lanes: ties go to the lower id
         if N_GROUP > 1:
             hi, kept_min, dropped_max = _group_mask(
@@ -1118,8 +1151,10 @@ def _route_kernel(
             else:
                 amb = amb | ((f_col == K - 1) & (d == 0))  # the K-th winner's distance clamped to 0
             ambiguous = tl.max(amb.to(tl.int32), axis=0) > 0
-            if FMA_RCP:
-                ambiguous = ambiguous | (tl.max(rcp_band.to(tl.int32), axis=0) > 0)
+            if FMA_KEYS:
+                ambiguous = ambiguous | (tl.max(fma_band.to(tl.int32), axis=0) > 0)
+                if SCORING == 2:
+                    ambiguous = ambiguous | (hi_max > INF_BITS)  # a +inf logit: the FMA square root's NaN
             if APPROX_KEYS and N_GROUP > 1:
                 g_sep = _separated(tl.sum(kept_min, axis=0), tl.sum(dropped_max, axis=0), 2, SCORING, bias_mag)
                 ambiguous = ambiguous | (g_sep == 0)
@@ -1150,13 +1185,13 @@ def _route_kernel(
                     row_sum = tl.sum(_exp(x - row_max[:, None], ACCURATE), axis=1)
                     key_x, _s, hi_x = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
                                                 False, HAS_BIAS, False, ACCURATE)
-                if FMA_RCP:
+                if FMA_KEYS:
                     # Read the row again (L1 / L2 hits): the fast path then keeps no logits live (registers).
                     x, dead = _load_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
                                          HAS_SCALE, HAS_SOFTCAP, ACCURATE)
                     if HAS_BIAS:
                         b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
-                if APPROX_KEYS or FMA_RCP:
+                if APPROX_KEYS or FMA_KEYS:
                     key_x, _s, hi_x = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
                                                 SELECT_LOGITS, HAS_BIAS, False, ACCURATE)
                     if N_GROUP > 1:
@@ -1228,8 +1263,10 @@ def _route_kernel(
                     ambiguous = best < BLOCK_W  # the K-th winner's distance clamped to 0
             if FORCE_EXACT:
                 ambiguous = ambiguous | row_ok
-            if FMA_RCP:
-                ambiguous = ambiguous | rcp_band
+            if FMA_KEYS:
+                ambiguous = ambiguous | fma_band
+                if SCORING == 2:
+                    ambiguous = ambiguous | (hi_max > INF_BITS)
             rank_lane = tl.where((fast > INT32_MIN) & (fast < MARK + K), fast - MARK, -1)  # column or -1
             redo = tl.max(ambiguous.to(tl.int32), axis=0)
             if COUNT_FALLBACKS:
@@ -1237,7 +1274,7 @@ def _route_kernel(
             if redo > 0:
                 # Exact path (wide key range, -inf among the winners): one 64-bit max per round.
                 hi_x = hi
-                if FMA_RCP:
+                if FMA_KEYS:
                     x, dead = _load_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
                                          HAS_SCALE, HAS_SOFTCAP, ACCURATE)  # again (registers)
                     if HAS_BIAS:
