@@ -501,7 +501,7 @@ def test_fast_sqrtsoftplus_keys_route_like_exact_keys(E, repair, monkeypatch):
 @pytest.mark.parametrize("repair", [False, True], ids=["default", "repair"])
 def test_fast_keys_at_large_T_match_reference(E, K, scoring, n_group, repair, monkeypatch):
     """DeepSeek-V4, 896 top-16, DeepSeek-V3 and Kimi-K2 as the launcher takes them (fast keys at T >= 8192 /
-    8192 / 32768, under its register caps) and with the repair switched on (fast keys at every T, close rows
+    8192 / 65536, under its register caps; exact keys in their FMA forms below) and with the repair switched on (fast keys at every T, close rows
     repaired below T = 16384; rows without groups), against the reference: tie-free rows, normal draws with a bias
     (some rows within the margin: repaired or redone), fp32 and bf16, the last rows padding. GPU only: the
     interpreter would take hours at these T."""
@@ -746,7 +746,7 @@ def _launch_kwargs(x, config, **kw):
 def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
     """Fast sigmoid keys for 1024-lane tiles at one row or T >= 8192, close rows redone whole; with the repair
     switched on (APPROX_REPAIR) at every T without groups, close rows repaired below T = 16384, and with groups as
-    before. 256- and 512-lane tiles with exact distance words (DeepSeek-V3, Kimi-K2) from T = 32768, under a cap of
+    before. 256- and 512-lane tiles with exact distance words (DeepSeek-V3, Kimi-K2) from T = 65536, under a cap of
     64 registers; never 512 lanes top-22 (shifted words), 64 lanes, or bf16 logits without a bias."""
     import moegate.kernels.router as kr
 
@@ -760,7 +760,7 @@ def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
         seen = _launch_kwargs(torch.empty(T, 1024), grouped, bias=torch.zeros(1024))
         assert seen["APPROX_KEYS"] is (T == 1 or T >= 8192) and seen["APPROX_REPAIR"] is False
     monkeypatch.setattr(kr, "APPROX_REPAIR", False)
-    large = T >= 32768
+    large = T >= 65536
     dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
     for cfg, dtype, want in ((dsv3, torch.float32, large), (dsv3, torch.bfloat16, large),
                              (RouterConfig(384, 8, scoring="sigmoid", has_correction_bias=True), torch.float32, large),
@@ -777,15 +777,19 @@ def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
     assert seen["APPROX_KEYS"] is False and "maxnreg" not in seen
 
 
-@pytest.mark.parametrize("T", [1, 64, 4096, 65536])
+@pytest.mark.parametrize("T", [1, 64, 4096, 8192, 32768, 65536])
 def test_fma_keys_where_the_launcher_takes_them(T, monkeypatch):
     """FMA_KEYS (sigmoid / sqrt-softplus keys in their FMA forms): exact keys on rows on warps, not with the tile's
-    weights, fast keys, one row a thread, logits selection or softmax; the override wins."""
+    weights, fast keys, one row a thread, logits selection or softmax, nor one-warp rows with shifted distance words
+    (512 top-22) from T = 8192; the override wins."""
     import moegate.kernels.router as kr
 
     dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
     seen = _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))
-    assert seen["FMA_KEYS"] is (not seen["APPROX_KEYS"]) and seen["APPROX_KEYS"] is (T >= 32768), T
+    assert seen["FMA_KEYS"] is (not seen["APPROX_KEYS"]) and seen["APPROX_KEYS"] is (T >= 65536), T
+    top22 = RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True)  # shifted words: div_rn from 8192
+    seen = _launch_kwargs(torch.empty(T, 512), top22, bias=torch.zeros(512))
+    assert seen["APPROX_KEYS"] is False and seen["FMA_KEYS"] is (T < 8192), T
     dsv4 = RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)
     seen = _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))
     assert seen["FMA_KEYS"] is (not seen["APPROX_KEYS"]) and seen["APPROX_KEYS"] is (T == 1 or T >= 8192), T

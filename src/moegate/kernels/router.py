@@ -51,7 +51,9 @@ APPROX_KEYS_MIN_TOKENS = 8192
 # bf16 54.6 vs 57.7, Kimi-K2 59.6 vs 64.4; T=32768 30.8 vs 31.2, 29.4 vs 29.8, 32.8 vs 33.5; slower at T=16384
 # (17.2 vs 16.5, 16.9 vs 16.0; Kimi-K2 17.1 vs 17.4) and T=8192 (10.4 vs 9.4).
 APPROX_KEYS_NARROW_MIN_LANES = 256
-APPROX_KEYS_NARROW_MIN_TOKENS = 32768
+# Run 50, with the exact keys in their FMA forms (FMA_KEYS) since: T=32768 exact ahead (DeepSeek-V3 fp32 30.19 vs 31.25,
+# bf16 28.95 vs 29.54, Kimi-K2 32.01 vs 33.30), T=65536 the fast keys (58.52 vs 58.70, 54.80 vs 56.02, 59.46 vs 60.99).
+APPROX_KEYS_NARROW_MIN_TOKENS = 65536
 APPROX_KEYS_MAX_REGISTERS = 64
 # Sqrt-softplus keys (DeepSeek-V4: 256 experts, top-6, + bias) from ex2 / lg2 / sqrt approx with checked
 # margins, H200 run 25 (BENCHMARKS.md), fast vs exact keys: T=65536 54.0 vs 62.1 us, T=32768 28.1 vs 32.2, T=1
@@ -74,8 +76,12 @@ APPROX_REPAIR = False
 # Exact sigmoid / sqrt-softplus keys in their FMA forms (FMA_KEYS: router_kernel._recip_ge1 and _sqrt_fma, the bits
 # of div_rn and sqrt_rn without their range checks and branches; rows with a finite logit below -87 / -69 redo their
 # keys exactly): forced on or off (tests, the benchmark's A/B), or the default, FMA_KEYS, for rows on warps with exact
-# keys.
+# keys. H200 run 50 (BENCHMARKS.md), FMA / div_rn keys, us: DeepSeek-V3 fp32 T=16 2.16 / 2.34, T=4096 5.42 / 5.66,
+# T=16384 16.48 / 16.78; bf16 T=16384 15.58 / 16.33; Kimi-K2 T=8192 9.37 / 10.08; 896 top-16 T=16 3.76 / 4.46; but
+# one-warp rows with shifted distance words (512 lanes top-22: 82 registers against 72) slower from T = 8192 (17.53 /
+# 16.80, T=16384 36.21 / 35.49; T=4096 9.71 / 9.87): those keep div_rn there (FMA_KEYS_SHIFTED_MIN_TOKENS).
 fma_keys_override: bool | None = None
+FMA_KEYS_SHIFTED_MIN_TOKENS = 8192
 FMA_KEYS = True
 APPROX_REPAIR_MAX_TOKENS = 16384
 # Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
@@ -389,6 +395,9 @@ def _launch(
     # Exact sigmoid / sqrt-softplus keys on rows on warps, not the tile's weights (they come from the same scores).
     fma_keys = (spec.SCORING in (1, 2) and not spec.SELECT_LOGITS and not spec.HASH and not spec.THREAD_ROWS
                and not spec.SPLIT_ROWS and not tile_weights and not approx_keys)
+    if (spec.block_m == 1 and spec.num_warps == 1 and _dist_shift(lane_bits, spec.K)
+            and T >= FMA_KEYS_SHIFTED_MIN_TOKENS):
+        fma_keys = False
     fma_keys = fma_keys and (FMA_KEYS if fma_keys_override is None else fma_keys_override)
     # Renormalized softmax selected on the logits (LOGIT_KEYS, see _logit_keys_allowed): with one row a
     # program, one row a thread or split rows (their words and checks), and the gather's weights.
