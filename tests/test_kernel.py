@@ -781,7 +781,7 @@ def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
 def test_fma_keys_where_the_launcher_takes_them(T, monkeypatch):
     """FMA_KEYS (sigmoid / sqrt-softplus keys in their FMA forms): exact keys on rows on warps, not with the tile's
     weights, fast keys, one row a thread, logits selection or softmax, nor one-warp rows with shifted distance words
-    (512 top-22) from T = 8192; the override wins."""
+    (512 top-22) from T = 8192, nor sqrt-softplus keys below T = 4096; the override wins."""
     import moegate.kernels.router as kr
 
     dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
@@ -792,7 +792,7 @@ def test_fma_keys_where_the_launcher_takes_them(T, monkeypatch):
     assert seen["APPROX_KEYS"] is False and seen["FMA_KEYS"] is (T < 8192), T
     dsv4 = RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)
     seen = _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))
-    assert seen["FMA_KEYS"] is (not seen["APPROX_KEYS"]) and seen["APPROX_KEYS"] is (T == 1 or T >= 8192), T
+    assert seen["APPROX_KEYS"] is (T == 1 or T >= 8192) and seen["FMA_KEYS"] is (4096 <= T < 8192), T
     narrow = _launch_kwargs(torch.empty(T, 16), RouterConfig(16, 2, scoring="sigmoid"))
     assert narrow["FMA_KEYS"] is (not narrow["TILE_WEIGHTS"]) and narrow["THREAD_ROWS"] is False, T
     for cfg in (RouterConfig(8, 2, scoring="sigmoid"),  # one row a thread
@@ -849,6 +849,8 @@ def test_fma_keys_rows_below_the_bound(scoring, grouped, T, monkeypatch):
     within 2**23 ulps of the best). Sqrt-softplus, below -69 (softplus under 2**-101, where the FMA square root is
     not IEEE), and +inf logits (the FMA square root's NaN)."""
     import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "fma_keys_override", True)  # the launcher takes sqrt-softplus FMA keys from T = 4096
 
     E, K = 32, 4
     renorm = scoring == "sigmoid"  # sqrt-softplus rows hold a +inf key: weights inf, renormalized inf / inf

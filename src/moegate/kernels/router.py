@@ -80,8 +80,11 @@ APPROX_REPAIR = False
 # T=16384 16.48 / 16.78; bf16 T=16384 15.58 / 16.33; Kimi-K2 T=8192 9.37 / 10.08; 896 top-16 T=16 3.76 / 4.46; but
 # one-warp rows with shifted distance words (512 lanes top-22: 82 registers against 72) slower from T = 8192 (17.53 /
 # 16.80, T=16384 36.21 / 35.49; T=4096 9.71 / 9.87): those keep div_rn there (FMA_KEYS_SHIFTED_MIN_TOKENS).
+# Sqrt-softplus keys (DeepSeek-V4, whose fast keys take T = 1 and T >= 8192), run 51: FMA / sqrt_rn T=16 2.33 / 2.20,
+# T=256 2.42 / 2.34, T=1024 3.12 / 3.11, T=4096 5.53 / 5.69 (58 registers against 46): from FMA_KEYS_SSP_MIN_TOKENS.
 fma_keys_override: bool | None = None
 FMA_KEYS_SHIFTED_MIN_TOKENS = 8192
+FMA_KEYS_SSP_MIN_TOKENS = 4096
 FMA_KEYS = True
 APPROX_REPAIR_MAX_TOKENS = 16384
 # Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
@@ -393,12 +396,16 @@ def _launch(
     if approx_repair_override is not None:
         approx_repair = approx_keys and spec.N_GROUP == 1 and approx_repair_override
     # Exact sigmoid / sqrt-softplus keys on rows on warps, not the tile's weights (they come from the same scores).
-    fma_keys = (spec.SCORING in (1, 2) and not spec.SELECT_LOGITS and not spec.HASH and not spec.THREAD_ROWS
-               and not spec.SPLIT_ROWS and not tile_weights and not approx_keys)
+    fma_able = (spec.SCORING in (1, 2) and not spec.SELECT_LOGITS and not spec.HASH and not spec.THREAD_ROWS
+                and not spec.SPLIT_ROWS and not tile_weights and not approx_keys)
+    fma_keys = fma_able and FMA_KEYS
     if (spec.block_m == 1 and spec.num_warps == 1 and _dist_shift(lane_bits, spec.K)
             and T >= FMA_KEYS_SHIFTED_MIN_TOKENS):
         fma_keys = False
-    fma_keys = fma_keys and (FMA_KEYS if fma_keys_override is None else fma_keys_override)
+    if spec.SCORING == 2 and T < FMA_KEYS_SSP_MIN_TOKENS:
+        fma_keys = False
+    if fma_keys_override is not None:
+        fma_keys = fma_able and fma_keys_override
     # Renormalized softmax selected on the logits (LOGIT_KEYS, see _logit_keys_allowed): with one row a
     # program, one row a thread or split rows (their words and checks), and the gather's weights.
     logit_keys = bool(spec.LOGIT_KEYS_OK and (spec.block_m == 1 or spec.THREAD_ROWS or spec.SPLIT_ROWS)
