@@ -113,6 +113,12 @@ def assert_same_routing(got, want, logits, config, bias, tol="default", near_tie
     torch.testing.assert_close(gw, ww, **TOLERANCES[tol])
 
 
+def assert_identical(a, b):
+    """Two routings of the same inputs, ids and weights bit for bit."""
+    torch.testing.assert_close(a.ids, b.ids, rtol=0, atol=0)
+    torch.testing.assert_close(a.weights, b.weights, rtol=0, atol=0)
+
+
 def _configs():
     """(name, config, tolerance) over the contract's knobs; widths small under the interpreter."""
     E, K = (256, 8) if FULL else (32, 4)
@@ -884,9 +890,7 @@ def test_fma_keys_rows_below_the_bound(scoring, grouped, T, monkeypatch):
     if not grouped:  # the point of row 0: the exact order is not the order by id
         assert want.ids[0].tolist() == [E - 1, E - 2, E - 3, E - 4]
     monkeypatch.setattr(kr, "fma_keys_override", False)
-    plain = route(x, config, backend="triton", **kw)
-    torch.testing.assert_close(got.ids, plain.ids, rtol=0, atol=0)
-    torch.testing.assert_close(got.weights, plain.weights, rtol=0, atol=0)
+    assert_identical(got, route(x, config, backend="triton", **kw))
 
 
 def test_fma_keys_match_exact_keys(monkeypatch):
@@ -907,9 +911,7 @@ def test_fma_keys_match_exact_keys(monkeypatch):
             monkeypatch.setattr(kr, "fma_keys_override", True)
             got = route(x, config, backend="triton", **kw)
             monkeypatch.setattr(kr, "fma_keys_override", False)
-            plain = route(x, config, backend="triton", **kw)
-            torch.testing.assert_close(got.ids, plain.ids, rtol=0, atol=0)
-            torch.testing.assert_close(got.weights, plain.weights, rtol=0, atol=0)
+            assert_identical(got, route(x, config, backend="triton", **kw))
 
 
 def test_register_cap_where_the_launcher_sets_it(monkeypatch):

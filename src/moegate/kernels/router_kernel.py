@@ -428,6 +428,33 @@ def _group_mask(hi, key, dead, ok2, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr
 
 
 @triton.jit
+def _reload_tile(row_base, col2, col_stride, row_ok, ok2, logit_scale, softcap, bias_ptr, bias_stride,
+                 HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_BIAS: tl.constexpr, ACCURATE: tl.constexpr):
+    """The tile and its bias read again for the exact path (L1 / L2 hits), so that the fast path keeps neither
+    live: (x, dead, b)."""
+    x, dead = _load_tile(row_base, col2, col_stride, row_ok, ok2, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP,
+                         ACCURATE)
+    if HAS_BIAS:
+        b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
+    else:
+        b = 0.0
+    return x, dead, b
+
+
+@triton.jit
+def _exact_hi(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr,
+              HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.constexpr,
+              BLOCK_W: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr, GROUP_MAX: tl.constexpr,
+              GROUP_ZERO: tl.constexpr, GROUP_BY_COUNT: tl.constexpr, ACCURATE: tl.constexpr):
+    """Steps 3-4 on the exact keys (libdevice, div_rn, sqrt_rn): the group-masked key bits of the exact path."""
+    key, _s, hi = _key_bits(x, dead, ok2, row_max, row_sum, b, SCORING, SELECT_LOGITS, HAS_BIAS, False, ACCURATE)
+    if N_GROUP > 1:
+        hi, _a, _b = _group_mask(hi, key, dead, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP,
+                                 GROUP_MAX, GROUP_ZERO, GROUP_BY_COUNT)
+    return hi
+
+
+@triton.jit
 def _exact_rounds(hi, ok2, inv, kc, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr,
                   BLOCK_W: tl.constexpr):
     """Step 5 on exact 64-bit (key bits, inverted lane) words, one max per round: (lanes [BM, BKC], each
@@ -1187,17 +1214,12 @@ def _route_kernel(
                                                 False, HAS_BIAS, False, ACCURATE)
                 if FMA_KEYS:
                     # Read the row again (L1 / L2 hits): the fast path then keeps no logits live (registers).
-                    x, dead = _load_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
-                                         HAS_SCALE, HAS_SOFTCAP, ACCURATE)
-                    if HAS_BIAS:
-                        b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
+                    x, dead, b = _reload_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
+                                              bias_ptr, bias_stride, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, ACCURATE)
                 if APPROX_KEYS or FMA_KEYS:
-                    key_x, _s, hi_x = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
-                                                SELECT_LOGITS, HAS_BIAS, False, ACCURATE)
-                    if N_GROUP > 1:
-                        hi_x, _a, _b = _group_mask(
-                            hi_x, key_x, dead, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP,
-                            GROUP_MAX, GROUP_ZERO, GROUP_BY_COUNT)
+                    hi_x = _exact_hi(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING, SELECT_LOGITS,
+                                     HAS_BIAS, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
+                                     GROUP_ZERO, GROUP_BY_COUNT, ACCURATE)
                 ids_x, _r = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
                 e_ids = tl.reshape(ids_x, [BLOCK_KC])
                 if WORD_LOGITS:  # the exact path's winners: read their logits (N_GROUP == 1: lane = id)
@@ -1275,16 +1297,11 @@ def _route_kernel(
                 # Exact path (wide key range, -inf among the winners): one 64-bit max per round.
                 hi_x = hi
                 if FMA_KEYS:
-                    x, dead = _load_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
-                                         HAS_SCALE, HAS_SOFTCAP, ACCURATE)  # again (registers)
-                    if HAS_BIAS:
-                        b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
-                    key_x, _s, hi_x = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
-                                                SELECT_LOGITS, HAS_BIAS, False, ACCURATE)
-                    if N_GROUP > 1:
-                        hi_x, _a, _b = _group_mask(
-                            hi_x, key_x, dead, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP,
-                            GROUP_MAX, GROUP_ZERO, GROUP_BY_COUNT)
+                    x, dead, b = _reload_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
+                                              bias_ptr, bias_stride, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, ACCURATE)
+                    hi_x = _exact_hi(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING, SELECT_LOGITS,
+                                     HAS_BIAS, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
+                                     GROUP_ZERO, GROUP_BY_COUNT, ACCURATE)
                 ids_k, rank_lane = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
             if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
                 ids_k = (ids_k // BLOCK_GS) * GROUP_SIZE + ids_k % BLOCK_GS  # lane -> expert id
