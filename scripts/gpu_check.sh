@@ -16,7 +16,7 @@ py=${PYTHON:-python3}
 test_rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   start=$(date +%s)
-  "$py" -m pytest tests/test_kernel.py -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests.log" | tail -25
+  "$py" -m pytest tests/test_kernel.py -q -p no:cacheprovider --durations=20 ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests.log" | tail -50
   test_rc=${PIPESTATUS[0]}
   echo "kernel tests: rc=$test_rc in $(( $(date +%s) - start )) s"
 fi
