@@ -333,8 +333,8 @@ AB_VARIANTS = {
     "thread-rows": {"thread_rows_override": True},  # one row a thread (ungrouped rows up to 32 lanes)
     "warp-rows": {"thread_rows_override": False},  # rows on warps (the path of wide rows)
     "no-split": {"split_rows_override": 0},  # rows on warps (or one a thread) where the launcher splits them
-    "no-fma-keys": {"fma_keys_override": False},  # exact sigmoid keys through div_rn (range check, branch)
-    "exact-fma-keys": {"approx_keys_override": False, "fma_keys_override": True},  # exact keys, FMA reciprocal
+    "no-fma-keys": {"fma_keys_override": False},  # exact sigmoid / sqrt-softplus keys through div_rn / sqrt_rn
+    "exact-fma-keys": {"approx_keys_override": False, "fma_keys_override": True},  # exact keys, FMA forms
     "exact-div": {"approx_keys_override": False, "fma_keys_override": False},  # exact keys through div_rn
 }
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM.

@@ -291,7 +291,8 @@ def _approx_repair(wk, d, f_col, base, bias_mag, row_ptr, col_stride, row_live, 
 # _fma_band) redo their keys with div_rn / sqrt_rn, and so do sqrt-softplus rows whose best key is NaN (a +inf logit,
 # whose square root the FMA form makes NaN). As int32 bits, the finite floats below the bound b (-87.0 = 0xc2ae0000,
 # -69.0 = 0xc28a0000) are those whose bits + (2**32 - bits(b) - 1), read as uint32, lie below 0xff800000 - bits(b) -
-# 1: b itself wraps to 2**32 - 1, -inf (0xff800000) lands on the span itself and every float above b at 2**31 or more.
+# 1: b itself wraps to 2**32 - 1, -inf (0xff800000) lands on the span itself, the negative floats above b at 2**31 or
+# more and the positive ones (+inf included) in [OFF, OFF + 0x7f800000], above the span (OFF = span + 2**23).
 FMA_X_OFF = tl.constexpr(1028784127)  # sigmoid: 2**32 - 0xc2ae0001
 FMA_X_SPAN = tl.constexpr(1020395519)  # 0xff800000 - 0xc2ae0001
 FMA_X_OFF_SSP = tl.constexpr(1031143423)  # sqrt-softplus: 2**32 - 0xc28a0001
@@ -1004,6 +1005,9 @@ def _route_kernel(
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
 ):
+    # FMA keys' flagged rows are redone on the selection's exact path: the tile's weights (from the same scores) and
+    # the truncated softmax words have no such path for them.
+    tl.static_assert(not (FMA_KEYS and (TILE_WEIGHTS or TRUNCATE_WORDS or THREAD_ROWS or SPLIT_ROWS > 0 or HASH)))
     if USE_PDL:
         # Nothing is read before the previous kernel's writes are visible. The next kernel may start its launch
         # now (PDL_TRIGGER 0) or after the selection (1); it waits for this one to finish in its own gdc_wait.
@@ -1181,7 +1185,8 @@ def _route_kernel(
             if FMA_KEYS:
                 ambiguous = ambiguous | (tl.max(fma_band.to(tl.int32), axis=0) > 0)
                 if SCORING == 2:
-                    ambiguous = ambiguous | (hi_max > INF_BITS)  # a +inf logit: the FMA square root's NaN
+                    # A +inf logit: the FMA square root's NaN (the clamp flags such rows too; this says why).
+                    ambiguous = ambiguous | (hi_max > INF_BITS)
             if APPROX_KEYS and N_GROUP > 1:
                 g_sep = _separated(tl.sum(kept_min, axis=0), tl.sum(dropped_max, axis=0), 2, SCORING, bias_mag)
                 ambiguous = ambiguous | (g_sep == 0)
