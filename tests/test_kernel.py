@@ -860,7 +860,10 @@ def test_fma_keys_rows_below_the_bound(scoring, grouped, T, monkeypatch):
     there (no bias, or a zero one) orders its experts by their subnormal scores, highest logit first, where the FMA
     reciprocal's flush to 0 would order them by id, and the distance words' clamp does not catch that (all keys lie
     within 2**23 ulps of the best). Sqrt-softplus, below -69 (softplus under 2**-101, where the FMA square root is
-    not IEEE), and +inf logits (the FMA square root's NaN)."""
+    not IEEE), and +inf logits (the FMA square root's NaN). The sigmoid rows fail with _fma_band's check removed; the
+    sqrt-softplus rows fail with it and the NaN check both removed (subnormal and zero softplus values give NaN, which
+    the NaN check catches alone; the band's remaining range, softplus in [2**-126, 2**-101), errs by at most an ulp
+    or so on the GPU, which these rows cannot show)."""
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, "fma_keys_override", True)  # the launcher takes sqrt-softplus FMA keys from T = 4096

@@ -73,6 +73,7 @@ APPROX_SSP_MIN_TOKENS = 8192
 # row about what the exact keys save.
 approx_repair_override: bool | None = None
 APPROX_REPAIR = False
+APPROX_REPAIR_MAX_TOKENS = 16384
 # Exact sigmoid / sqrt-softplus keys in their FMA forms (FMA_KEYS: router_kernel._recip_ge1 and _sqrt_fma, the bits
 # of div_rn and sqrt_rn without their range checks and branches; rows with a finite logit below -87 / -69 redo their
 # keys exactly): forced on or off (tests, the benchmark's A/B), or the default, FMA_KEYS, for rows on warps with exact
@@ -86,7 +87,6 @@ fma_keys_override: bool | None = None
 FMA_KEYS_SHIFTED_MIN_TOKENS = 8192
 FMA_KEYS_SSP_MIN_TOKENS = 4096
 FMA_KEYS = True
-APPROX_REPAIR_MAX_TOKENS = 16384
 # Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
 # True) or never (False).
 logit_keys_override: bool | None = None

@@ -336,13 +336,10 @@ def _sqrt_fma(a, ACCURATE: tl.constexpr):
 def _fma_band(x, SCORING: tl.constexpr, AXIS: tl.constexpr):
     """Along AXIS: 1 where some logit is finite and below the FMA keys' bound (-87 for sigmoid, -69 for
     sqrt-softplus; see FMA_X_OFF). One add and one unsigned min a lane."""
-    if SCORING == 2:
-        u = (x.to(tl.int32, bitcast=True) + FMA_X_OFF_SSP).to(tl.uint32, bitcast=True)
-        band = tl.min(u, axis=AXIS) < FMA_X_SPAN_SSP
-    else:
-        u = (x.to(tl.int32, bitcast=True) + FMA_X_OFF).to(tl.uint32, bitcast=True)
-        band = tl.min(u, axis=AXIS) < FMA_X_SPAN
-    return band
+    OFF: tl.constexpr = FMA_X_OFF_SSP if SCORING == 2 else FMA_X_OFF
+    SPAN: tl.constexpr = FMA_X_SPAN_SSP if SCORING == 2 else FMA_X_SPAN
+    u = (x.to(tl.int32, bitcast=True) + OFF).to(tl.uint32, bitcast=True)
+    return tl.min(u, axis=AXIS) < SPAN
 
 
 @triton.jit
