@@ -234,6 +234,8 @@ def main(argv=None) -> int:
                 f.write(compiled.asm["sass"])
             with open(a.dump + ".ttgir", "w") as f:
                 f.write(compiled.asm["ttgir"])
+            with open(a.dump + ".ptx", "w") as f:
+                f.write(compiled.asm["ptx"])
     return 0
 
 

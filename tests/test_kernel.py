@@ -954,6 +954,64 @@ def test_fma_keys_match_exact_keys(monkeypatch):
             assert_identical(got, route(x, config, backend="triton", **kw))
 
 
+@pytest.mark.parametrize("T", [1, 1024, 1025, 65536])
+def test_bias_early_where_the_launcher_takes_it(T, monkeypatch):
+    """BIAS_EARLY (the bias load pinned before the scoring): sqrt-softplus rows on warps with a bias up to T = 1024;
+    not sigmoid rows (ptxas loads their bias with the logits), rows without a bias, one row a thread or split rows;
+    the override forces it on or off wherever a row on warps has a bias."""
+    import moegate.kernels.router as kr
+
+    dsv4 = RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)
+    dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    assert _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))["BIAS_EARLY"] is (T <= 1024), T
+    assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))["BIAS_EARLY"] is False
+    plain = RouterConfig(256, 6, scoring="sqrtsoftplus")
+    assert _launch_kwargs(torch.empty(T, 256), plain)["BIAS_EARLY"] is False
+    monkeypatch.setattr(kr, "bias_early_override", True)
+    assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))["BIAS_EARLY"] is True
+    assert _launch_kwargs(torch.empty(T, 256), plain)["BIAS_EARLY"] is False  # no bias to load
+    thread = RouterConfig(8, 2, scoring="sqrtsoftplus", has_correction_bias=True)  # one row a thread
+    assert _launch_kwargs(torch.empty(T, 8), thread, bias=torch.zeros(8))["BIAS_EARLY"] is False
+    monkeypatch.setattr(kr, "split_rows_override", 8)
+    split = _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))
+    assert split["SPLIT_ROWS"] == 8 and split["BIAS_EARLY"] is False
+    monkeypatch.setattr(kr, "split_rows_override", None)
+    monkeypatch.setattr(kr, "bias_early_override", False)
+    assert _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))["BIAS_EARLY"] is False
+
+
+def test_bias_early_routes_bit_for_bit_like_without(monkeypatch):
+    """The pinned bias load changes no value: forced on and off, the same routing bit for bit on sqrt-softplus and
+    sigmoid rows, with groups, on packed rows, on the fast, exact and FMA keys, with padding rows past T."""
+    import moegate.kernels.router as kr
+
+    E, K = (256, 8) if FULL else (32, 4)
+    cfgs = (RouterConfig(E, 6 if FULL else 3, scoring="sqrtsoftplus", has_correction_bias=True, renormalize=True,
+                         routed_scaling_factor=1.5),
+            RouterConfig(E, K, scoring="sigmoid", has_correction_bias=True, n_group=8 if FULL else 4,
+                         topk_group=4 if FULL else 2),
+            RouterConfig(32, 4, scoring="sqrtsoftplus", has_correction_bias=True))  # packed rows on the GPU
+    g = torch.Generator().manual_seed(12)
+    for config in cfgs:
+        W = config.num_experts
+        for T in ((1, 37, 4096) if FULL else (1, 37)):
+            x = (torch.randn(T, W, generator=g) * 3).to(DEVICE)
+            bias = (torch.randn(W, generator=g) * 0.1).to(DEVICE)
+            for keys in ({}, {"approx_keys_override": True}, {"approx_keys_override": False,
+                                                              "fma_keys_override": True}):
+                for name, value in keys.items():
+                    monkeypatch.setattr(kr, name, value)
+                monkeypatch.setattr(kr, "bias_early_override", True)
+                got = route(x, config, backend="triton", bias=bias, num_valid_tokens=T - 1)
+                monkeypatch.setattr(kr, "bias_early_override", False)
+                assert_identical(got, route(x, config, backend="triton", bias=bias, num_valid_tokens=T - 1))
+                for name in keys:
+                    monkeypatch.setattr(kr, name, None)
+            monkeypatch.setattr(kr, "bias_early_override", True)
+            run_both(x, config, bias=bias)
+            monkeypatch.setattr(kr, "bias_early_override", None)
+
+
 def test_register_cap_where_the_launcher_sets_it(monkeypatch):
     """ptxas's register cap: for rows of 1024 lanes and more (one a program, several warps) 56 from T = 2049, 64
     from T = 257, none below; 64 for one-warp rows on fast sigmoid keys, none elsewhere; maxnreg_override wins

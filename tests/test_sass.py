@@ -51,3 +51,27 @@ def test_every_benchmark_launch_reads_one_parameter_line(tokens):
     rows = _compile(shapes, tokens)
     assert set(rows) == set(shapes)
     assert all(lines == "0x200" for lines in rows.values()), rows
+
+
+def _loads_before_scoring(tmp_path, shape, tokens, *sets):
+    """The 128-bit global loads (a row's logits and its bias, two each on a 256-lane fp32 row) issued before the
+    first MUFU op (the scoring's first exp) in the launch's SASS."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
+    dump = tmp_path / "kernel.sass"
+    args = [a for s in sets for a in ("--set", s)]
+    out = subprocess.run([sys.executable, SCRIPT, shape, "--tokens", str(tokens), "--dump", str(dump), *args],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    sass = dump.read_text()
+    first_mufu = sass.index("MUFU.")
+    return sass[:first_mufu].count("LDG.E.128"), sass.count("LDG.E.128")
+
+
+def test_bias_early_issues_the_bias_load_with_the_logits(tmp_path):
+    """BIAS_EARLY: a small DeepSeek-V4 launch (sqrt-softplus + bias) loads its bias before the scoring; left to
+    ptxas, the bias load comes after it (the reason for BIAS_EARLY: a second L2 round trip on a small launch)."""
+    early, total = _loads_before_scoring(tmp_path, "deepseek-v4", 16)
+    assert early == 4 and total >= 4, (early, total)
+    late, _ = _loads_before_scoring(tmp_path, "deepseek-v4", 16, "bias_early_override=False")
+    assert late == 2, late

@@ -336,6 +336,8 @@ AB_VARIANTS = {
     "no-fma-keys": {"fma_keys_override": False},  # exact sigmoid / sqrt-softplus keys through div_rn / sqrt_rn
     "exact-fma-keys": {"approx_keys_override": False, "fma_keys_override": True},  # exact keys, FMA forms
     "exact-div": {"approx_keys_override": False, "fma_keys_override": False},  # exact keys through div_rn
+    "bias-early": {"bias_early_override": True},  # the bias load pinned before the scoring (rows on warps)
+    "no-bias-early": {"bias_early_override": False},  # ... left where ptxas puts it
 }
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM.
 for _n in (40, 48, 52, 56, 60, 64):

@@ -163,6 +163,13 @@ PDL_THREAD_MAX_TOKENS = 16384
 # (DeepSeek-V3 T=4096 7.79 vs 6.00); one row a thread (Mixtral) level or 0.05 us slower: at the start there.
 PDL_LATE_MAX_TOKENS = 512
 pdl_trigger_override: int | None = None
+# ptxas issues the bias load of sqrt-softplus rows on warps after their scoring (sm_90 SASS, DeepSeek-V4: after
+# ~360 instructions at T = 16), so a small launch, whose one warp on an SM sub-partition has nothing to hide it
+# behind, waits for a second L2 round trip. BIAS_EARLY pins it before the scoring (the kernel's comment says how);
+# sigmoid rows already load their bias with the logits. Forced on or off where a row on warps has a bias
+# (bias_early_override: the tests, the benchmark's A/B), or the default: sqrt-softplus up to BIAS_EARLY_MAX_TOKENS.
+BIAS_EARLY_MAX_TOKENS = 1024
+bias_early_override: bool | None = None
 # Distance words drop low ulp bits from 1024 lanes up (896 experts: 25% of rows on the exact path without,
 # 0.1% with; run 4: 532 -> 443 us at T=65536), and at 512 lanes for K >= 16, where the K-th winner sits
 # far below the best (512 top-22, run 4: the exact-path spikes of run 3 gone, 10.45 -> 4.38 us at T=64,
@@ -413,6 +420,10 @@ def _launch(
     if logit_keys_override is not None:
         logit_keys = logit_keys and logit_keys_override
     select_truncated = select_truncated and not logit_keys and not spec.THREAD_ROWS and not spec.SPLIT_ROWS
+    bias_early_able = bias is not None and not spec.HASH and not spec.THREAD_ROWS and not spec.SPLIT_ROWS
+    bias_early = bias_early_able and spec.SCORING == 2 and T <= BIAS_EARLY_MAX_TOKENS
+    if bias_early_override is not None:
+        bias_early = bias_early_able and bias_early_override
     use_pdl = _use_pdl(logits.device, T, bool(spec.THREAD_ROWS), spec.SPLIT_ROWS, spec.num_warps)
     extra = {"launch_pdl": True} if use_pdl else {}
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1)
@@ -457,6 +468,7 @@ def _launch(
         PAIR_EXACT=bool(spec.SPLIT_ROWS and logit_keys and (SPLIT_PAIR_EXACT if split_pair_exact_override is None
                                                               else split_pair_exact_override)),
         FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None, FMA_KEYS=fma_keys,
+        BIAS_EARLY=bias_early,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )

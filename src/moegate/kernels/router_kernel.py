@@ -998,6 +998,7 @@ def _route_kernel(
     FORCE_EXACT: tl.constexpr,  # every row takes the exact path (tests)
     COUNT_FALLBACKS: tl.constexpr,  # count the programs that leave the fast path into stats_ptr (diagnostics)
     FMA_KEYS: tl.constexpr,  # sigmoid / sqrt-softplus keys in their FMA forms (flagged rows redo them exactly)
+    BIAS_EARLY: tl.constexpr,  # rows on warps with a bias: its load pinned before the scoring (small launches)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
@@ -1005,6 +1006,7 @@ def _route_kernel(
     # FMA keys' flagged rows are redone on the selection's exact path: the tile's weights (from the same scores) and
     # the truncated softmax words have no such path for them.
     tl.static_assert(not (FMA_KEYS and (TILE_WEIGHTS or TRUNCATE_WORDS or THREAD_ROWS or SPLIT_ROWS > 0 or HASH)))
+    tl.static_assert(not (BIAS_EARLY and (not HAS_BIAS or HASH or THREAD_ROWS or SPLIT_ROWS > 0)))
     if USE_PDL:
         # Nothing is read before the previous kernel's writes are visible. The next kernel may start its launch
         # now (PDL_TRIGGER 0) or after the selection (1); it waits for this one to finish in its own gdc_wait.
@@ -1050,6 +1052,12 @@ def _route_kernel(
         ok2 = col_ok[None, :]  # [1, BW]
         x, dead = _load_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap, HAS_SCALE,
                              HAS_SOFTCAP, ACCURATE)  # [BM, BW]
+        if BIAS_EARLY:
+            # ptxas issues the bias load of sqrt-softplus rows after the scoring (to spare its registers), so a
+            # small launch waits a second L2 round trip there. A select on a condition it cannot fold
+            # (num_tokens >= 0 always) makes the scoring depend on the loaded bias: both loads go out together.
+            b_early = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
+            x = tl.where(num_tokens < 0, b_early, x)
         if SCORING == 0:
             row_max = tl.max(x, axis=1)  # [BM]
             row_max = tl.where(row_max > float("-inf"), row_max, 0.0)
@@ -1084,12 +1092,15 @@ def _route_kernel(
             tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
     else:
         bias_mag = 0.0
-        if HAS_BIAS:
+        if BIAS_EARLY:
+            b = b_early
+        elif HAS_BIAS:
             b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
-            if APPROX_KEYS and (SCORING == 2):
-                bias_mag = tl.max(tl.max(tl.abs(b), axis=1), axis=0)  # bounds a score by its key
         else:
             b = 0.0
+        if HAS_BIAS:
+            if APPROX_KEYS and (SCORING == 2):
+                bias_mag = tl.max(tl.max(tl.abs(b), axis=1), axis=0)  # bounds a score by its key
         if TILE_WEIGHTS and HAS_EXPERT_SCALE:
             scale_lane = tl.load(expert_scale_ptr + col2.to(tl.int64) * expert_scale_stride, mask=ok2,
                                  other=1.0).to(tl.float32)
