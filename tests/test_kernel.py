@@ -964,14 +964,17 @@ def test_fma_keys_match_exact_keys(monkeypatch):
 
 @pytest.mark.parametrize("T", [1, 1024, 1025, 65536])
 def test_bias_early_where_the_launcher_takes_it(T, monkeypatch):
-    """BIAS_EARLY (the bias load pinned before the scoring): sqrt-softplus rows on warps with a bias up to T = 1024;
-    not sigmoid rows (ptxas loads their bias with the logits), rows without a bias, one row a thread or split rows;
+    """BIAS_EARLY (the bias load pinned before the scoring): sqrt-softplus rows on warps with a bias on the fast keys
+    up to T = 1024 (T = 1: the exact keys' square roots cover the load); not sigmoid rows (ptxas loads their bias with the logits), rows without a bias, one row a thread or split rows;
     the override forces it on or off wherever a row on warps has a bias."""
     import moegate.kernels.router as kr
 
     dsv4 = RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)
     dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    assert _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))["BIAS_EARLY"] is (T == 1), T
+    monkeypatch.setattr(kr, "approx_keys_override", True)  # the fast keys up to T = 1024
     assert _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))["BIAS_EARLY"] is (T <= 1024), T
+    monkeypatch.setattr(kr, "approx_keys_override", None)
     assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))["BIAS_EARLY"] is False
     plain = RouterConfig(256, 6, scoring="sqrtsoftplus")
     assert _launch_kwargs(torch.empty(T, 256), plain)["BIAS_EARLY"] is False
@@ -1022,8 +1025,8 @@ def test_bias_early_routes_bit_for_bit_like_without(monkeypatch):
 
 def test_register_cap_where_the_launcher_sets_it(monkeypatch):
     """ptxas's register cap: for rows of 1024 lanes and more (one a program, several warps) 56 from T = 2049, 64
-    from T = 257, none below; 64 for one-warp rows on fast sigmoid keys, none elsewhere; maxnreg_override wins
-    (0: none)."""
+    from T = 257, none below; 64 for one-warp rows on fast sigmoid keys and for split rows on 8 threads in one-warp
+    programs (Qwen3 at T = 8192-16383), none elsewhere; maxnreg_override wins (0: none)."""
     import moegate.kernels.router as kr
 
     wide = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
@@ -1037,6 +1040,11 @@ def test_register_cap_where_the_launcher_sets_it(monkeypatch):
         seen = _launch_kwargs(torch.empty(T, cfg.num_experts), cfg,
                               **({"bias": torch.zeros(cfg.num_experts)} if cfg.has_correction_bias else {}))
         assert "maxnreg" not in seen, (T, cfg.num_experts)
+    qwen3 = RouterConfig(128, 8, scoring="softmax", renormalize=True)
+    for T, split, cap in ((4096, 16, None), (8191, 16, None), (8192, 8, 64), (16383, 8, 64), (16384, 8, None)):
+        seen = _launch_kwargs(torch.empty(T, 128), qwen3)
+        assert seen["SPLIT_ROWS"] == split and seen.get("maxnreg") == cap, T
+        assert seen["num_warps"] == (1 if T < 16384 else 2), T
     monkeypatch.setattr(kr, "maxnreg_override", 0)
     assert "maxnreg" not in _launch_kwargs(torch.empty(4096, 896), wide, bias=torch.zeros(896))
     monkeypatch.setattr(kr, "maxnreg_override", 40)

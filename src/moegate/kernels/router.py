@@ -139,6 +139,10 @@ SPLIT_PAIR_EXACT = True
 maxnreg_override: int | None = None
 WIDE_ROW_MAX_REGISTERS = 56  # rows of 1024 lanes and more, one a program of several warps, T > 2048
 WIDE_ROW_MID_MAX_REGISTERS = 64  # ... 256 < T <= 2048 (none below)
+# Split rows on 8 threads in one-warp programs (Qwen3 at T = 8192-16383): 72 registers (28 warps an SM), 64 under the
+# cap with no spill (32 warps, the one-warp limit). H200, the same launches capped / uncapped: run 49 T=8192 4.31 vs
+# 4.49 us; run 53 T=8192 4.34 vs 4.38, T=12288 4.88 vs 5.01. (Two-warp split rows, from T = 16384, already take 64.)
+SPLIT_ONE_WARP_MAX_REGISTERS = 64
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
@@ -166,8 +170,11 @@ pdl_trigger_override: int | None = None
 # ptxas issues the bias load of sqrt-softplus rows on warps after their scoring (sm_90 SASS, DeepSeek-V4: after
 # ~360 instructions at T = 16), so a small launch, whose one warp on an SM sub-partition has nothing to hide it
 # behind, waits for a second L2 round trip. BIAS_EARLY pins it before the scoring (the kernel's comment says how);
-# sigmoid rows already load their bias with the logits. Forced on or off where a row on warps has a bias
-# (bias_early_override: the tests, the benchmark's A/B), or the default: sqrt-softplus up to BIAS_EARLY_MAX_TOKENS.
+# sigmoid rows already load their bias with the logits. H200 run 53 (BENCHMARKS.md), DeepSeek-V4 pinned / not: T=1
+# (fast keys: MUFU ops right before the bias add) 1.75 vs 1.89 us; on the exact keys, whose IEEE square roots cover
+# the load, level or slower (T=16 2.05 vs 2.04, 64 2.10 vs 2.06, 1024 2.89 vs 2.85, 4096 5.46 vs 5.34). Forced on
+# or off where a row on warps has a bias (bias_early_override: the tests, the benchmark's A/B), or the default:
+# fast sqrt-softplus keys up to BIAS_EARLY_MAX_TOKENS (they run at T = 1 there).
 BIAS_EARLY_MAX_TOKENS = 1024
 bias_early_override: bool | None = None
 # Distance words drop low ulp bits from 1024 lanes up (896 experts: 25% of rows on the exact path without,
@@ -312,10 +319,14 @@ def _dist_shift(lane_bits: int, top_k: int) -> int:
                              or (lane_bits == 9 and top_k >= DIST_SHIFT_512_MIN_K)) else 0
 
 
-def _register_cap(num_tokens: int, lanes: int, block_m: int, num_warps: int, approx_sigmoid_keys: bool) -> int:
-    """ptxas's register cap for a launch (0: none; see WIDE_ROW_MAX_REGISTERS and APPROX_KEYS_MAX_REGISTERS)."""
+def _register_cap(num_tokens: int, lanes: int, block_m: int, num_warps: int, approx_sigmoid_keys: bool,
+                  split: int = 0) -> int:
+    """ptxas's register cap for a launch (0: none; see WIDE_ROW_MAX_REGISTERS, APPROX_KEYS_MAX_REGISTERS and
+    SPLIT_ONE_WARP_MAX_REGISTERS)."""
     if maxnreg_override is not None:
         return maxnreg_override
+    if split:
+        return SPLIT_ONE_WARP_MAX_REGISTERS if split == 8 and num_warps == 1 else 0
     if block_m == 1 and lanes >= APPROX_KEYS_MIN_LANES and num_warps > 1 and num_tokens > 256:
         return WIDE_ROW_MAX_REGISTERS if num_tokens > 2048 else WIDE_ROW_MID_MAX_REGISTERS
     if block_m == 1 and num_warps == 1 and approx_sigmoid_keys:
@@ -421,12 +432,13 @@ def _launch(
         logit_keys = logit_keys and logit_keys_override
     select_truncated = select_truncated and not logit_keys and not spec.THREAD_ROWS and not spec.SPLIT_ROWS
     bias_early_able = bias is not None and not spec.HASH and not spec.THREAD_ROWS and not spec.SPLIT_ROWS
-    bias_early = bias_early_able and spec.SCORING == 2 and T <= BIAS_EARLY_MAX_TOKENS
+    bias_early = bias_early_able and spec.SCORING == 2 and approx_keys and T <= BIAS_EARLY_MAX_TOKENS
     if bias_early_override is not None:
         bias_early = bias_early_able and bias_early_override
     use_pdl = _use_pdl(logits.device, T, bool(spec.THREAD_ROWS), spec.SPLIT_ROWS, spec.num_warps)
     extra = {"launch_pdl": True} if use_pdl else {}
-    maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1)
+    maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
+                            spec.SPLIT_ROWS)
     if maxnreg:
         extra["maxnreg"] = maxnreg
     rk._route_kernel[grid](
