@@ -1,0 +1,62 @@
+"""How much one small launch's time moves between timings in one process, provider by provider.
+
+    PYTHONPATH=src python3 scripts/small_launch_spread.py [--shapes a,b] [--tokens 1,16] [--rounds 10] [--rep 5]
+
+Each round times every provider once (``triton.testing.do_bench_cudagraph``, median of its replays), in turn:
+moegate as the launcher makes it, moegate with PDL off and with the PDL trigger at the kernel's start and end,
+the read-once floor with and without PDL, and SGLang's router where .peers/ has it. Printed: every round's figure,
+then min / median / max. The benchmark's table takes the median of three such rounds; BENCHMARKS.md run 55 found
+moegate's small launches moving 1.5-2x from round to round where the floor and SGLang moved by 5-10%.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+import moegate.kernels.router as kr  # noqa: E402
+from moegate import bench  # noqa: E402
+
+VARIANTS = {
+    "moegate": {},
+    "no-pdl": {"use_pdl_override": False},
+    "pdl-start": {"pdl_trigger_override": 0},
+    "pdl-end": {"pdl_trigger_override": 2},
+}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="mixtral,deepseek-v3-fp32,deepseek-v4")
+    p.add_argument("--tokens", default="1,16")
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--rep", type=float, default=5)
+    a = p.parse_args(argv)
+    sglang = bench._load_sglang()
+    for name in a.shapes.split(","):
+        config, dtype = bench.SHAPES[name]
+        for T in (int(t) for t in a.tokens.split(",")):
+            fns = bench._providers(config, dtype, T, sglang, set())
+            labels = [*VARIANTS, "floor", "floor0"] + (["sglang"] if "sglang" in fns else [])
+            samples = {label: [] for label in labels}
+            for _ in range(a.rounds):
+                for label in labels:
+                    overrides = VARIANTS.get(label, {})
+                    saved = {k: getattr(kr, k) for k in overrides}
+                    for k, v in overrides.items():
+                        setattr(kr, k, v)
+                    try:
+                        samples[label].append(bench._time(fns["moegate" if label in VARIANTS else label], a.rep))
+                    finally:
+                        for k, v in saved.items():
+                            setattr(kr, k, v)
+            for label, xs in samples.items():
+                s = sorted(xs)
+                print(f"spread {name:18} T={T:>5} {label:10} min {s[0]:5.2f} med {s[(len(s) - 1) // 2]:5.2f} "
+                      f"max {s[-1]:5.2f} | " + " ".join(f"{x:.2f}" for x in xs), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
