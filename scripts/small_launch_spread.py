@@ -3,7 +3,8 @@
     PYTHONPATH=src python3 scripts/small_launch_spread.py [--shapes a,b] [--tokens 1,16] [--rounds 10] [--rep 5]
 
 Each round times every provider once (``triton.testing.do_bench_cudagraph``, median of its replays), in turn:
-moegate as the launcher makes it, moegate with PDL off and with the PDL trigger at the kernel's start and end,
+moegate as the launcher makes it, moegate with PDL off, with the PDL trigger at the kernel's start and end and
+with narrow rows on warps instead of one a thread,
 the read-once floor with and without PDL, and SGLang's router where .peers/ has it. Printed: every round's figure,
 then min / median / max. The benchmark's table takes the median of three such rounds; BENCHMARKS.md run 55 found
 moegate's small launches moving 1.5-2x from round to round where the floor and SGLang moved by 5-10%.
@@ -23,6 +24,7 @@ VARIANTS = {
     "no-pdl": {"use_pdl_override": False},
     "pdl-start": {"pdl_trigger_override": 0},
     "pdl-end": {"pdl_trigger_override": 2},
+    "warp-rows": {"thread_rows_override": False},  # rows of <= 8 experts on warps instead of one a thread
 }
 
 
