@@ -807,7 +807,7 @@ def test_fma_keys_where_the_launcher_takes_them(T, monkeypatch):
     assert seen["APPROX_KEYS"] is False and seen["FMA_KEYS"] is (T < 8192), T
     dsv4 = RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)
     seen = _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))
-    assert seen["APPROX_KEYS"] is (T == 1 or T >= 8192) and seen["FMA_KEYS"] is (4096 <= T < 8192), T
+    assert seen["APPROX_KEYS"] is (T <= 32 or T >= 8192) and seen["FMA_KEYS"] is (4096 <= T < 8192), T
     narrow = _launch_kwargs(torch.empty(T, 16), RouterConfig(16, 2, scoring="sigmoid"))
     assert narrow["FMA_KEYS"] is True and narrow["TILE_WEIGHTS"] is False and narrow["THREAD_ROWS"] is False, T
     monkeypatch.setattr(kr, "thread_rows_override", False)  # 8 experts on warps: the tile's weights below T = 2048
@@ -963,16 +963,16 @@ def test_fma_keys_match_exact_keys(monkeypatch):
             assert_identical(got, route(x, config, backend="triton", **kw))
 
 
-@pytest.mark.parametrize("T", [1, 1024, 1025, 65536])
+@pytest.mark.parametrize("T", [1, 32, 33, 1024, 1025, 65536])
 def test_bias_early_where_the_launcher_takes_it(T, monkeypatch):
     """BIAS_EARLY (the bias load pinned before the scoring): sqrt-softplus rows on warps with a bias on the fast keys
-    up to T = 1024 (T = 1: the exact keys' square roots cover the load); not sigmoid rows (ptxas loads their bias with the logits), rows without a bias, one row a thread or split rows;
+    up to T = 1024 (T <= 32: the exact keys' square roots cover the load); not sigmoid rows (ptxas loads their bias with the logits), rows without a bias, one row a thread or split rows;
     the override forces it on or off wherever a row on warps has a bias."""
     import moegate.kernels.router as kr
 
     dsv4 = RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)
     dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
-    assert _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))["BIAS_EARLY"] is (T == 1), T
+    assert _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))["BIAS_EARLY"] is (T <= 32), T
     monkeypatch.setattr(kr, "approx_keys_override", True)  # the fast keys up to T = 1024
     assert _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))["BIAS_EARLY"] is (T <= 1024), T
     monkeypatch.setattr(kr, "approx_keys_override", None)
@@ -1080,9 +1080,9 @@ def test_pdl_where_the_launcher_asks_for_it(monkeypatch):
     assert wanted(mixtral, 16) is False
 
 
-@pytest.mark.parametrize("T", [1, 16, 4096, 8192, 16384, 65536])
+@pytest.mark.parametrize("T", [1, 16, 32, 33, 4096, 8192, 16384, 65536])
 def test_fast_sqrtsoftplus_keys_at_one_row_or_large_T(T, monkeypatch):
-    """DeepSeek-V4's fast keys at one row or T >= 8192, close rows redone whole; with the repair switched on
+    """DeepSeek-V4's fast keys up to T = 32 or from T = 8192, close rows redone whole; with the repair switched on
     at every T, close rows repaired below T = 16384. Never for bf16 logits without a bias (they tie often)."""
     import moegate.kernels.router as kr
 
@@ -1090,7 +1090,7 @@ def test_fast_sqrtsoftplus_keys_at_one_row_or_large_T(T, monkeypatch):
     plain = RouterConfig(256, 6, scoring="sqrtsoftplus")
     for repair in (False, True):
         monkeypatch.setattr(kr, "APPROX_REPAIR", repair)
-        want = repair or T == 1 or T >= 8192
+        want = repair or T <= 32 or T >= 8192
         seen = _launch_kwargs(torch.empty(T, 256), config, bias=torch.zeros(256))
         assert seen["APPROX_KEYS"] is want and seen["APPROX_REPAIR"] is (repair and T < 16384)
         assert seen["BLOCK_KC"] == 8

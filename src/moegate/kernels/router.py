@@ -60,8 +60,14 @@ APPROX_KEYS_MAX_REGISTERS = 64
 # 2.43 vs 2.64; slower where a launch is about one wave and waits for its rows on the exact path: T=1024 4.17
 # vs 3.07, T=4096 6.52 vs 5.77, T=8192 9.87 vs 9.61 (run 26: 9.44 vs 9.88; T=16384 14.89 vs 17.62). Runs 44-45
 # on today's kernel: T=8192 9.11 vs 9.41 and 9.20 vs 9.43 (faster now), T=4096 5.83 vs 5.56, T=1024 3.84 vs 2.84.
+# Small launches take them too, where few rows risk the exact path: run 58, the same launches fast / exact keys (the
+# fast ones with BIAS_EARLY): T=16 1.83 vs 2.07 us, T=64 1.85 vs 2.09, T=256 2.04 vs 2.25, T=1024 3.89 vs 2.97 (rows
+# redone). A redone row costs its launch ~1 us; at 0.22% of rows redone (the benchmark's draws, run 33) a launch of
+# T rows redoes one with probability 1 - 0.9978**T: 7% at T = 32 (~0.08 us expected against ~0.24 saved), 43% at
+# 256 (~0.5 us against ~0.2), so up to APPROX_SSP_SMALL_MAX_TOKENS only.
 APPROX_SSP_KEYS = True
 APPROX_SSP_MIN_TOKENS = 8192
+APPROX_SSP_SMALL_MAX_TOKENS = 32
 # Fast keys with the repair of close winners (_approx_repair: the K + 2 best fast words reordered on exact
 # keys read back, where the row was redone whole): forced on or off (tests, A/B), or the default: with
 # APPROX_REPAIR, fast keys at every T for rows without groups and the repair below APPROX_REPAIR_MAX_TOKENS.
@@ -174,7 +180,7 @@ pdl_trigger_override: int | None = None
 # (fast keys: MUFU ops right before the bias add) 1.75 vs 1.89 us; on the exact keys, whose IEEE square roots cover
 # the load, level or slower (T=16 2.05 vs 2.04, 64 2.10 vs 2.06, 1024 2.89 vs 2.85, 4096 5.46 vs 5.34). Forced on
 # or off where a row on warps has a bias (bias_early_override: the tests, the benchmark's A/B), or the default:
-# fast sqrt-softplus keys up to BIAS_EARLY_MAX_TOKENS (they run at T = 1 there).
+# fast sqrt-softplus keys up to BIAS_EARLY_MAX_TOKENS (they run at T <= 32 there).
 BIAS_EARLY_MAX_TOKENS = 1024
 bias_early_override: bool | None = None
 # Distance words drop low ulp bits from 1024 lanes up (896 experts: 25% of rows on the exact path without,
@@ -405,7 +411,7 @@ def _launch(
                                 and not _dist_shift(lane_bits, spec.K) and T >= APPROX_KEYS_NARROW_MIN_TOKENS)))
     else:
         approx_keys = (approx_able and APPROX_SSP_KEYS and (bias is not None or logits.dtype == torch.float32)
-                       and (any_t or T == 1 or T >= APPROX_SSP_MIN_TOKENS))
+                       and (any_t or T <= APPROX_SSP_SMALL_MAX_TOKENS or T >= APPROX_SSP_MIN_TOKENS))
     if approx_keys_override is not None:
         approx_keys = approx_keys_override and approx_able
     # Close fast-key winners reordered on exact keys rather than the row redone (_approx_repair): rows without
