@@ -87,7 +87,7 @@ APPROX_REPAIR_MAX_TOKENS = 16384
 # T=16384 16.48 / 16.78; bf16 T=16384 15.58 / 16.33; Kimi-K2 T=8192 9.37 / 10.08; 896 top-16 T=16 3.76 / 4.46; but
 # one-warp rows with shifted distance words (512 lanes top-22: 82 registers against 72) slower from T = 8192 (17.53 /
 # 16.80, T=16384 36.21 / 35.49; T=4096 9.71 / 9.87): those keep div_rn there (FMA_KEYS_SHIFTED_MIN_TOKENS).
-# Sqrt-softplus keys (DeepSeek-V4, whose fast keys take T = 1 and T >= 8192), run 51: FMA / sqrt_rn T=16 2.33 / 2.20,
+# Sqrt-softplus keys (DeepSeek-V4, whose fast keys take T <= 32 and T >= 8192), run 51: FMA / sqrt_rn T=16 2.33 / 2.20,
 # T=256 2.42 / 2.34, T=1024 3.12 / 3.11, T=4096 5.53 / 5.69 (58 registers against 46): from FMA_KEYS_SSP_MIN_TOKENS.
 fma_keys_override: bool | None = None
 FMA_KEYS_SHIFTED_MIN_TOKENS = 8192
