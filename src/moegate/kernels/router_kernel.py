@@ -139,6 +139,12 @@ def _load_tile(row_base, col2, col_stride, row_ok, ok2, logit_scale, softcap, HA
 
 
 @triton.jit
+def _load_bias(bias_ptr, col2, bias_stride, ok2):
+    """The correction bias of the tile's lanes in fp32 (0.0 on padding lanes)."""
+    return tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _score(x, row_max, row_sum, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
     """Step 2 on fp32 logits whose dead entries (NaN, -inf) are already -inf: they all score 0."""
     if SCORING == 0:
@@ -433,7 +439,7 @@ def _reload_tile(row_base, col2, col_stride, row_ok, ok2, logit_scale, softcap, 
     x, dead = _load_tile(row_base, col2, col_stride, row_ok, ok2, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP,
                          ACCURATE)
     if HAS_BIAS:
-        b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
+        b = _load_bias(bias_ptr, col2, bias_stride, ok2)
     else:
         b = 0.0
     return x, dead, b
@@ -1056,7 +1062,7 @@ def _route_kernel(
             # ptxas issues the bias load of sqrt-softplus rows after the scoring (to spare its registers), so a
             # small launch waits a second L2 round trip there. A select on a condition it cannot fold
             # (num_tokens >= 0 always) makes the scoring depend on the loaded bias: both loads go out together.
-            b_early = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
+            b_early = _load_bias(bias_ptr, col2, bias_stride, ok2)
             x = tl.where(num_tokens < 0, b_early, x)
         if SCORING == 0:
             row_max = tl.max(x, axis=1)  # [BM]
@@ -1095,7 +1101,7 @@ def _route_kernel(
         if BIAS_EARLY:
             b = b_early
         elif HAS_BIAS:
-            b = tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
+            b = _load_bias(bias_ptr, col2, bias_stride, ok2)
         else:
             b = 0.0
         if HAS_BIAS:
