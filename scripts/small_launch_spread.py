@@ -3,9 +3,10 @@
     PYTHONPATH=src python3 scripts/small_launch_spread.py [--shapes a,b] [--tokens 1,16] [--rounds 10] [--rep 5]
 
 Each round times every provider once (``triton.testing.do_bench_cudagraph``, median of its replays), in turn:
-moegate as the launcher makes it, moegate with PDL off, with the PDL trigger at the kernel's start and end and
-with narrow rows on warps instead of one a thread,
-the read-once floor with and without PDL, and SGLang's router where .peers/ has it. Printed: every round's figure,
+moegate as the launcher makes it, moegate with PDL off, with the PDL trigger at the kernel's start and end, with
+narrow rows on warps instead of one a thread, with one row a thread's winners read again rather than taken from
+registers, moegate's launch in one graph captured once for all rounds (`one-graph`), the read-once floor with and
+without PDL, and SGLang's router where .peers/ has it. Printed: every round's figure,
 then min / median / max. The benchmark's table takes the median of three such rounds; BENCHMARKS.md run 55 found
 moegate's small launches moving 1.5-2x from round to round where the floor and SGLang moved by 5-10%.
 """
@@ -25,7 +26,40 @@ VARIANTS = {
     "pdl-start": {"pdl_trigger_override": 0},
     "pdl-end": {"pdl_trigger_override": 2},
     "warp-rows": {"thread_rows_override": False},  # rows of <= 8 experts on warps instead of one a thread
+    "reloaded": {"winners_in_regs_override": False},  # one row a thread: the winners' logits read again
 }
+
+
+class _OneGraph:
+    """Times one CUDA graph, captured once, of `n` launches of fn: each call replays it ten times (device events)
+    and returns the median per launch in us. If the spread between rounds is a property of the capture, this
+    one stays steady while the providers that do_bench_cudagraph captures anew each round move."""
+
+    def __init__(self, fn, n=200):
+        import torch
+
+        self.n, self.stream = n, torch.cuda.Stream()
+        with torch.cuda.stream(self.stream):
+            fn()
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                for _ in range(n):
+                    fn()
+        torch.cuda.synchronize()
+
+    def __call__(self):
+        import torch
+
+        times = []
+        with torch.cuda.stream(self.stream):
+            for _ in range(10):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                self.graph.replay()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) * 1e3 / self.n)
+        return sorted(times)[len(times) // 2]
 
 
 def main(argv=None):
@@ -40,10 +74,14 @@ def main(argv=None):
         config, dtype = bench.SHAPES[name]
         for T in (int(t) for t in a.tokens.split(",")):
             fns = bench._providers(config, dtype, T, sglang, set())
-            labels = [*VARIANTS, "floor", "floor0"] + (["sglang"] if "sglang" in fns else [])
+            one_graph = _OneGraph(fns["moegate"])
+            labels = [*VARIANTS, "one-graph", "floor", "floor0"] + (["sglang"] if "sglang" in fns else [])
             samples = {label: [] for label in labels}
             for _ in range(a.rounds):
                 for label in labels:
+                    if label == "one-graph":
+                        samples[label].append(one_graph())
+                        continue
                     overrides = VARIANTS.get(label, {})
                     saved = {k: getattr(kr, k) for k in overrides}
                     for k, v in overrides.items():

@@ -1251,17 +1251,20 @@ _EDGE_ROWS = [
 ]
 
 
-@pytest.mark.parametrize("E,K,forced", [(8, 2, False), (8, 1, False), (8, 8, True), (16, 4, True)],
-                         ids=["mixtral", "top1", "k-is-e", "16-top4"])
-def test_thread_logit_rounds_edge_rows(E, K, forced, monkeypatch):
+@pytest.mark.parametrize("E,K,forced,regs", [(8, 2, False, True), (8, 2, False, False), (8, 1, False, True),
+                                              (8, 8, True, True), (16, 4, True, True)],
+                         ids=["mixtral", "mixtral-reloaded", "top1", "k-is-e", "16-top4"])
+def test_thread_logit_rounds_edge_rows(E, K, forced, regs, monkeypatch):
     """One row a thread with logit keys (renormalized softmax): each edge row alone in a program of tie-free
     rows, against the reference (ids exact, weights within 1e-6); for Mixtral's shape, exactly the programs of
     the rows that the fast path cannot decide are redone on the exact path (bf16 ties, signed zeros and NaN
-    payloads that no winner reads are decided; a misorder inside a word's bucket never is)."""
+    payloads that no winner reads are decided; a misorder inside a word's bucket never is). The winners' logits
+    come from the thread's registers (the launcher's choice) or, for Mixtral once more, from a second read."""
     import moegate.kernels.router as kr
 
     if forced:
         monkeypatch.setattr(kr, "thread_rows_override", True)
+    monkeypatch.setattr(kr, "winners_in_regs_override", regs)
     config = RouterConfig(E, K, renormalize=True)
     logits = tie_free_logits(32 * len(_EDGE_ROWS), E, seed=3).clone()
     for i, (_name, lanes, _redo) in enumerate(_EDGE_ROWS):
@@ -1285,14 +1288,17 @@ def test_thread_logit_rounds_edge_rows(E, K, forced, monkeypatch):
         torch.testing.assert_close(got.ids[32 * 5 + 5], torch.tensor([1, 3], dtype=torch.int32, device=DEVICE))
 
 
-@pytest.mark.parametrize("E,K", [(8, 2), (16, 4)])
-def test_thread_logit_rounds_near_ties(E, K, monkeypatch):
+@pytest.mark.parametrize("E,K,regs", [(8, 2, True), (8, 2, False), (6, 2, True), (16, 4, True)],
+                         ids=["8-top2", "8-top2-reloaded", "6-top2", "16-top4"])
+def test_thread_logit_rounds_near_ties(E, K, regs, monkeypatch):
     """One row a thread with logit keys on rows drawn a few ulps apart (every word bucket crowded: ties, values
     inside one bucket, neighbouring buckets) around 2.0, -1.25, 0 and 1e-38, fp32, against the reference;
-    scores within rounding of each other may go either way, as in every near-tie test."""
+    scores within rounding of each other may go either way, as in every near-tie test. Winners' logits from
+    registers (6 columns: the select tree's odd level) or read again."""
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, "thread_rows_override", True)
+    monkeypatch.setattr(kr, "winners_in_regs_override", regs)
     g = torch.Generator().manual_seed(9)
     T = 256
     base = torch.tensor([2.0, -1.25, 0.0, 1e-38])[torch.randint(0, 4, (T, 1), generator=g)]
@@ -1300,6 +1306,22 @@ def test_thread_logit_rounds_near_ties(E, K, monkeypatch):
     logits = bits.view(torch.float32)
     logits[::7, 3] = 0.5  # some rows decided by one far winner
     run_both(logits.to(DEVICE), RouterConfig(E, K, renormalize=True), near_ties=True)
+
+
+@pytest.mark.parametrize("E,K", [(8, 2), (6, 2), (16, 4), (32, 3)])
+def test_thread_winners_from_registers_keep_rows_on_the_fast_path(E, K, monkeypatch):
+    """The winners' logits picked from registers are the logits the rows were loaded with: on tie-free rows no
+    program leaves the fast path (the order checks run on the picked values, so a wrong pick would send rows to
+    the exact path, which still routes them right) and the routing is the reference's."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "thread_rows_override", True)
+    monkeypatch.setattr(kr, "winners_in_regs_override", True)
+    config = RouterConfig(E, K, renormalize=True)
+    logits = tie_free_logits(96, E, seed=E)
+    got, (redo, _, programs) = _counted(logits, config)
+    assert programs == 3 and redo == 0
+    assert_same_routing(got, route(logits, config, backend="reference"), logits, config, None)
 
 
 @pytest.mark.parametrize("name,config,tol", _thread_row_configs(), ids=[c[0] for c in _thread_row_configs()])

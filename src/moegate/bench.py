@@ -338,6 +338,8 @@ AB_VARIANTS = {
     "exact-div": {"approx_keys_override": False, "fma_keys_override": False},  # exact keys through div_rn
     "bias-early": {"bias_early_override": True},  # the bias load pinned before the scoring (rows on warps)
     "no-bias-early": {"bias_early_override": False},  # ... left where ptxas puts it
+    "winners-in-regs": {"winners_in_regs_override": True},  # one row a thread: winners' logits from registers
+    "winners-reloaded": {"winners_in_regs_override": False},  # ... read again after the selection
 }
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM.
 for _n in (40, 48, 52, 56, 60, 64):

@@ -183,6 +183,11 @@ pdl_trigger_override: int | None = None
 # fast sqrt-softplus keys up to BIAS_EARLY_MAX_TOKENS (they run at T <= 32 there).
 BIAS_EARLY_MAX_TOKENS = 1024
 bias_early_override: bool | None = None
+# One row a thread with logit keys (Mixtral): each round's winner takes its logit from the thread's own columns
+# (E - 1 selects) instead of a load that waits on the selection (an L1 hit at best). Forced on or off by
+# winners_in_regs_override (the tests, the benchmark's A/B: --ab-variants winners-in-regs,winners-reloaded).
+THREAD_WINNERS_IN_REGS = True
+winners_in_regs_override: bool | None = None
 # Distance words drop low ulp bits from 1024 lanes up (896 experts: 25% of rows on the exact path without,
 # 0.1% with; run 4: 532 -> 443 us at T=65536), and at 512 lanes for K >= 16, where the K-th winner sits
 # far below the best (512 top-22, run 4: the exact-path spikes of run 3 gone, 10.45 -> 4.38 us at T=64,
@@ -441,6 +446,8 @@ def _launch(
     bias_early = bias_early_able and spec.SCORING == 2 and approx_keys and T <= BIAS_EARLY_MAX_TOKENS
     if bias_early_override is not None:
         bias_early = bias_early_able and bias_early_override
+    winners_in_regs = bool(spec.THREAD_ROWS) and logit_keys and (
+        THREAD_WINNERS_IN_REGS if winners_in_regs_override is None else winners_in_regs_override)
     use_pdl = _use_pdl(logits.device, T, bool(spec.THREAD_ROWS), spec.SPLIT_ROWS, spec.num_warps)
     extra = {"launch_pdl": True} if use_pdl else {}
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
@@ -486,7 +493,7 @@ def _launch(
         PAIR_EXACT=bool(spec.SPLIT_ROWS and logit_keys and (SPLIT_PAIR_EXACT if split_pair_exact_override is None
                                                               else split_pair_exact_override)),
         FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None, FMA_KEYS=fma_keys,
-        BIAS_EARLY=bias_early,
+        BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )

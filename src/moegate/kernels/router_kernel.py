@@ -573,9 +573,34 @@ def _signed(bits):
 
 
 @triton.jit
+def _pick_level(vs, idx, N: tl.constexpr, BIT: tl.constexpr):
+    """One level of _pick: N tensors -> ceil(N / 2), the odd one of each pair where idx has BIT set."""
+    take_odd = (idx & BIT) != 0
+    out = ()
+    for p in tl.static_range(N // 2):
+        out = out + (tl.where(take_odd, vs[2 * p + 1], vs[2 * p]),)
+    if N % 2 == 1:
+        out = out + (vs[N - 1],)  # no partner: idx reaches it only with BIT clear
+    return out
+
+
+@triton.jit
+def _pick(xs, idx, N: tl.constexpr):
+    """xs[idx] of a tuple of N <= 32 same-shape tensors, idx in [0, N): a tree of selects on idx's bits (N - 1
+    selects, log2 N deep, where a chain of compares is N - 1 deep)."""
+    tl.static_assert(N <= 32, "one row a thread holds at most 32 columns")
+    vs = _pick_level(xs, idx, N, 1)
+    vs = _pick_level(vs, idx, (N + 1) // 2, 2)
+    vs = _pick_level(vs, idx, (N + 3) // 4, 4)
+    vs = _pick_level(vs, idx, (N + 7) // 8, 8)
+    vs = _pick_level(vs, idx, (N + 15) // 16, 16)
+    return vs[0]
+
+
+@triton.jit
 def _thread_logit_rounds(xs, row_base, col_stride, row_ok, kc, logit_scale, softcap, E: tl.constexpr,
                          K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr, HAS_SCALE: tl.constexpr,
-                         HAS_SOFTCAP: tl.constexpr, ACCURATE: tl.constexpr):
+                         HAS_SOFTCAP: tl.constexpr, WINNERS_IN_REGS: tl.constexpr, ACCURATE: tl.constexpr):
     """Step 5 of one row a thread for renormalized softmax, selected on the logits (LOGIT_KEYS), with no score
     for any lane: (ids [BM, BKC], the winners' exp(x - m) [BM, BKC], ambiguous rows [BM]).
 
@@ -584,7 +609,8 @@ def _thread_logit_rounds(xs, row_base, col_stride, row_ok, kc, logit_scale, soft
     in it, the lowest id. Every word lies in [-2**30, 2**30), NaN and infinities included, so the next word
     down is best - 1 - gap with gap the unsigned minimum of best - 1 - word (the warp path's gap rounds: one
     add and one min a column, no marking, no id carried through a tree). K + 1 rounds; the K winners' logits
-    are read again (L1 hits), exactly. The order is checked, not trusted:
+    are picked from the thread's own columns by their ids (WINNERS_IN_REGS: E - 1 selects a winner) or read
+    again (L1 hits), the same bits either way. The order is checked, not trusted:
     - winner i against winner i + 1 on exact logits (_logit_keys_close: a pair in the wrong order, a
       near-tie, NaN, a -inf winner are all ambiguous; equal logits are ties by id, which the words keep);
     - the K-th winner against the top of the (K + 1)-th word's bucket, the largest logit any unselected lane
@@ -616,9 +642,13 @@ def _thread_logit_rounds(xs, row_base, col_stride, row_ok, kc, logit_scale, soft
             best = best - 1 - _fold(gaps, E, 1).to(tl.int32, bitcast=True)
         if i < K:
             best_id = (B - 1) - (best & (B - 1))
-            # Rows past T read 0.0 (see _thread_rows); the prologue as in the first read, bit for bit.
-            x = tl.load(row_base + best_id * col_stride, mask=row_ok, other=0.0).to(tl.float32)
-            x = _prologue(x, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+            if WINNERS_IN_REGS:
+                # The winner's column is in this thread already: no load that waits on the selection.
+                x = _pick(xs, best_id, E)
+            else:
+                # Rows past T read 0.0 (see _thread_rows); the prologue as in the first read, bit for bit.
+                x = tl.load(row_base + best_id * col_stride, mask=row_ok, other=0.0).to(tl.float32)
+                x = _prologue(x, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
             ids_k = tl.where(kc[None, :] == i, best_id[:, None], ids_k)
             if i == 0:
                 m = x
@@ -641,7 +671,7 @@ def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scal
                  E: tl.constexpr, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr,
                  SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr, HAS_SCALE: tl.constexpr,
                  HAS_SOFTCAP: tl.constexpr, HAS_BIAS: tl.constexpr, LOGIT_KEYS: tl.constexpr,
-                 FORCE_EXACT: tl.constexpr, ACCURATE: tl.constexpr):
+                 FORCE_EXACT: tl.constexpr, WINNERS_IN_REGS: tl.constexpr, ACCURATE: tl.constexpr):
     """Steps 1-5 for narrow rows (no groups), one row a thread: the E columns are E vectors of [BM], so
     every reduction along a row stays inside its thread (the max and sum a chain, each round's winner a
     tree), with no shuffle.
@@ -663,7 +693,7 @@ def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scal
     xk = tl.full([BLOCK_M, BLOCK_KC], float("-inf"), tl.float32)
     if LOGIT_KEYS:
         ids_k, w_k, amb = _thread_logit_rounds(xs, row_base, col_stride, row_ok, kc, logit_scale, softcap, E, K,
-                                               BLOCK_M, BLOCK_KC, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+                                               BLOCK_M, BLOCK_KC, HAS_SCALE, HAS_SOFTCAP, WINNERS_IN_REGS, ACCURATE)
         if FORCE_EXACT:
             amb = amb | row_ok
         redo = tl.max(amb.to(tl.int32), axis=0)
@@ -1005,6 +1035,7 @@ def _route_kernel(
     COUNT_FALLBACKS: tl.constexpr,  # count the programs that leave the fast path into stats_ptr (diagnostics)
     FMA_KEYS: tl.constexpr,  # sigmoid / sqrt-softplus keys in their FMA forms (flagged rows redo them exactly)
     BIAS_EARLY: tl.constexpr,  # rows on warps with a bias: its load pinned before the scoring (small launches)
+    WINNERS_IN_REGS: tl.constexpr,  # one row a thread, logit keys: the winners' logits from registers, not a reload
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
@@ -1086,7 +1117,7 @@ def _route_kernel(
         ids_k, thread_x, row_max, row_sum, thread_w, redo = _thread_rows(
             row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc, N_GROUP * GROUP_SIZE,
             K, BLOCK_M, BLOCK_KC, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, LOGIT_KEYS, FORCE_EXACT,
-            ACCURATE)
+            WINNERS_IN_REGS, ACCURATE)
         if COUNT_FALLBACKS:
             tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
     elif SPLIT_ROWS > 0:
