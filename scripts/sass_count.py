@@ -85,6 +85,14 @@ def param_lines(compiled) -> list[int]:
     return sorted({a & ~63 for a in addrs if a >= 0x210})
 
 
+def kernel_params(compiled) -> tuple[int, int]:
+    """(count, bytes) of the kernel's parameters in its PTX entry, Triton's own scratch pointers included: what a
+    launch hands the GPU (arguments passed as None are constexprs, not parameters)."""
+    types = re.findall(r"^\s*\.param\s+\.([usbf](?:8|16|32|64))\b", compiled.asm["ptx"], flags=re.M)
+    sizes = [int(t[1:]) // 8 for t in types]
+    return len(sizes), sum(sizes)
+
+
 def sass_counts(compiled) -> collections.Counter:
     counts = collections.Counter()
     for line in compiled.asm["sass"].splitlines():
@@ -224,6 +232,7 @@ def main(argv=None) -> int:
         print(f"{name:18s} T={a.tokens:<6d} block_m={block_m} warps={num_warps} regs={registers(compiled):3d} "
               f"local={spills} "
               f"sass={total} fast_path~{fast_path_estimate(compiled)} "
+              f"kparams={kernel_params(compiled)[0]}/{kernel_params(compiled)[1]}B "
               f"params={','.join(hex(line) for line in param_lines(compiled))}")
         if a.opcodes:
             print("   ", " ".join(f"{k}:{v}" for k, v in counts.most_common()))

@@ -5,7 +5,9 @@
 Each round times every provider once (``triton.testing.do_bench_cudagraph``, median of its replays), in turn:
 moegate as the launcher makes it, moegate with PDL off, with the PDL trigger at the kernel's start and end, with
 narrow rows on warps instead of one a thread, with one row a thread's winners read again rather than taken from
-registers, moegate's launch in one graph captured once for all rounds (`one-graph`), the read-once floor with and
+registers, with every kernel argument passed (`fat-params`), moegate's launch in one graph of 200 launches and one
+of 5000 (about what do_bench_cudagraph captures at 1 us) captured once for all rounds (`one-graph`,
+`one-graph-5k`), the read-once floor with and
 without PDL, and SGLang's router where .peers/ has it. Printed: every round's figure,
 then min / median / max. The benchmark's table takes the median of three such rounds; BENCHMARKS.md run 55 found
 moegate's small launches moving 1.5-2x from round to round where the floor and SGLang moved by 5-10%.
@@ -27,6 +29,7 @@ VARIANTS = {
     "pdl-end": {"pdl_trigger_override": 2},
     "warp-rows": {"thread_rows_override": False},  # rows of <= 8 experts on warps instead of one a thread
     "reloaded": {"winners_in_regs_override": False},  # one row a thread: the winners' logits read again
+    "fat-params": {"lean_params_override": False},  # every kernel argument passed (34 parameters, not ~8)
 }
 
 
@@ -74,13 +77,13 @@ def main(argv=None):
         config, dtype = bench.SHAPES[name]
         for T in (int(t) for t in a.tokens.split(",")):
             fns = bench._providers(config, dtype, T, sglang, set())
-            one_graph = _OneGraph(fns["moegate"])
-            labels = [*VARIANTS, "one-graph", "floor", "floor0"] + (["sglang"] if "sglang" in fns else [])
+            graphs = {"one-graph": _OneGraph(fns["moegate"], 200), "one-graph-5k": _OneGraph(fns["moegate"], 5000)}
+            labels = [*VARIANTS, *graphs, "floor", "floor0"] + (["sglang"] if "sglang" in fns else [])
             samples = {label: [] for label in labels}
             for _ in range(a.rounds):
                 for label in labels:
-                    if label == "one-graph":
-                        samples[label].append(one_graph())
+                    if label in graphs:
+                        samples[label].append(graphs[label]())
                         continue
                     overrides = VARIANTS.get(label, {})
                     saved = {k: getattr(kr, k) for k in overrides}

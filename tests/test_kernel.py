@@ -1506,6 +1506,46 @@ def test_padding_rows(as_tensor):
         assert (got.ids[n:] == -1).all() and (got.weights[n:] == 0).all()
 
 
+_LEAN_CASES = [
+    # bias, groups, rsf in the weights, per-rank shared slots, replicas by home rank, padding, a recorder
+    ("grouped-home-recorder", RouterConfig(32, 4, n_group=4, topk_group=2, scoring="sigmoid",
+                                           has_correction_bias=True, routed_scaling_factor=2.5,
+                                           num_shared_experts=1),
+     ExpertLayout(ep_size=2, shared_slots="per_rank", replica_policy="home_rank",
+                  placement=ExpertPlacement(tuple(range(32)) * 2, 32)), True),
+    # logit scale, softcap, p-norm with a clamped eps, global shared slots
+    ("softcap-pnorm", RouterConfig(16, 3, logit_scale=0.5, softcap=3.0, renorm_p=2.0, renorm_eps_mode="clamp",
+                                   renorm_eps=1e-6, num_shared_experts=2), ExpertLayout(shared_slots="global"), False),
+    ("expert-scale", RouterConfig(16, 2, scoring="sigmoid", has_expert_scale=True), ExpertLayout(), False),
+    ("hash", RouterConfig(32, 4, scoring="sqrtsoftplus", routing="hash", routed_scaling_factor=1.5), ExpertLayout(),
+     False),
+    ("mixtral-thread-rows", RouterConfig(8, 2, renormalize=True), ExpertLayout(), False),
+]
+
+
+@pytest.mark.parametrize("name,config,layout,record", _LEAN_CASES, ids=[c[0] for c in _LEAN_CASES])
+def test_lean_parameters_route_like_every_argument(name, config, layout, record, monkeypatch):
+    """LEAN_PARAMS passes what the launch's constexprs turn off as None, so Triton drops those parameters: the
+    routing (weights, ids, recorder) is bit for bit that of the launch with every argument, on configs that use
+    the optional ones (a None that the kernel reads would not compile)."""
+    import moegate.kernels.router as kr
+
+    T = 37
+    logits = tie_free_logits(T, config.num_scored, seed=5)
+    width = config.top_k + layout.num_shared_columns(config.num_shared_experts)
+    got = {}
+    for lean in (True, False):
+        monkeypatch.setattr(kr, "lean_params_override", lean)
+        rec = RoutingRecorder(2, T, config.top_k, config.num_experts, device=DEVICE) if record else None
+        out = poisoned_out(T, width)
+        r = route(logits, config, layout, backend="triton", out=out, home_rank=layout.ep_size - 1, recorder=rec,
+                  layer=1, num_valid_tokens=T - 4 if record else None, **extras(config, T, seed=5))
+        got[lean] = (r.weights, r.ids, None if rec is None else rec.ids.clone())
+    assert torch.equal(got[True][0], got[False][0]) and torch.equal(got[True][1], got[False][1])
+    if record:
+        assert torch.equal(got[True][2], got[False][2]) and (got[True][2][1, : T - 4] >= 0).all()
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int16])
 def test_recorder_matches_reference(dtype):
     config = RouterConfig(32, 4, n_group=4, topk_group=2, scoring="sigmoid")

@@ -37,9 +37,10 @@ def _compile(shapes, tokens):
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {}
     for line in out.stdout.splitlines():
-        m = re.match(r"(\S+)\s+T=\d+ .* params=(\S*)$", line)
+        m = re.match(r"(\S+)\s+T=\d+ .* kparams=(\d+)/(\d+)B params=(\S*)$", line)
         if m:
-            rows[m.group(1)] = m.group(2)
+            rows[m.group(1)] = m.group(4)
+            rows[m.group(1) + ":kparams"] = (int(m.group(2)), int(m.group(3)))
     return rows
 
 
@@ -49,8 +50,18 @@ def test_every_benchmark_launch_reads_one_parameter_line(tokens):
 
     shapes = list(SHAPES) if tokens == 64 else ["deepseek-v3-fp32", "deepseek-v4", "qwen3", "mixtral"]
     rows = _compile(shapes, tokens)
-    assert set(rows) == set(shapes)
-    assert all(lines == "0x200" for lines in rows.values()), rows
+    lines = {k: v for k, v in rows.items() if not k.endswith(":kparams")}
+    assert set(lines) == set(shapes)
+    assert all(line == "0x200" for line in lines.values()), lines
+
+
+def test_launches_carry_only_the_arguments_they_use():
+    """LEAN_PARAMS: what a launch's constexprs turn off is passed as None and is not a kernel parameter. Mixtral
+    (no bias, no rsf) keeps logits, weights, ids, the row stride, T, renorm_eps and Triton's two scratch pointers;
+    DeepSeek-V3 adds its bias and rsf. With every argument passed there are 34 (200 bytes)."""
+    rows = _compile(["mixtral", "deepseek-v3-fp32"], 1)
+    assert rows["mixtral:kparams"] == (8, 52), rows
+    assert rows["deepseek-v3-fp32:kparams"] == (10, 64), rows
 
 
 def _loads_before_scoring(tmp_path, shape, tokens, *sets):

@@ -340,6 +340,7 @@ AB_VARIANTS = {
     "no-bias-early": {"bias_early_override": False},  # ... left where ptxas puts it
     "winners-in-regs": {"winners_in_regs_override": True},  # one row a thread: winners' logits from registers
     "winners-reloaded": {"winners_in_regs_override": False},  # ... read again after the selection
+    "fat-params": {"lean_params_override": False},  # every kernel argument passed, used or not (34 parameters)
 }
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM.
 for _n in (40, 48, 52, 56, 60, 64):

@@ -188,6 +188,12 @@ bias_early_override: bool | None = None
 # winners_in_regs_override (the tests, the benchmark's A/B: --ab-variants winners-in-regs,winners-reloaded).
 THREAD_WINNERS_IN_REGS = True
 winners_in_regs_override: bool | None = None
+# Arguments that the launch's constexprs turn off (absent tensors and their strides, unused scalars) are passed as
+# None, so that Triton leaves them out of the kernel's parameters: a launch without padding, placement or capture
+# then carries ~13 parameters instead of 34 (the graph replays of the benchmark found small launches with the full
+# list moving between captures). lean_params_override forces it (False: every argument, as before).
+LEAN_PARAMS = True
+lean_params_override: bool | None = None
 # Distance words drop low ulp bits from 1024 lanes up (896 experts: 25% of rows on the exact path without,
 # 0.1% with; run 4: 532 -> 443 us at T=65536), and at 512 lanes for K >= 16, where the K-th winner sits
 # far below the best (512 top-22, run 4: the exact-path spikes of run 3 gone, 10.45 -> 4.38 us at T=64,
@@ -454,22 +460,38 @@ def _launch(
                             spec.SPLIT_ROWS)
     if maxnreg:
         extra["maxnreg"] = maxnreg
+    has_padding = num_valid is None and 0 <= spec.num_valid < T
+    # What a constexpr turns off goes in as None (LEAN_PARAMS): Triton then drops it from the kernel's parameters.
+    lean = LEAN_PARAMS if lean_params_override is None else lean_params_override
+
+    def scalar(value, used):
+        return value if used or not lean else None
+
+    def tensor(t, view=None):  # an optional tensor (view: the part the kernel reads)
+        return (t if view is None else view) if t is not None else scalar(dummy, False)
+
+    def stride(t, dim, default=0):
+        return t.stride(dim) if t is not None else scalar(default, False)
+
+    p_norm = bool(spec.RENORMALIZE) and not spec.RENORM_P_ONE
+    home_used = (spec.C > 0 and spec.SHARED_MODE != 1) or (l2p is not None and spec.REPLICA_POLICY == 1)
     rk._route_kernel[grid](
-        logits, weights, ids, dummy if bias is None else bias,
-        logits.stride(0), T, renorm_eps, rsf,
-        max(spec.num_valid, 0), shared_weight, spec.home_rank, logit_scale, softcap, renorm_p, inv_renorm_p,
-        logits.stride(1), 0 if bias is None else bias.stride(0),
-        dummy if expert_scale is None else expert_scale, 0 if expert_scale is None else expert_scale.stride(0),
-        dummy if num_valid is None else num_valid,
-        dummy if token_ids is None else token_ids, 0 if token_ids is None else token_ids.stride(0),
-        dummy if hash_table is None else hash_table,
-        0 if hash_table is None else hash_table.stride(0), 0 if hash_table is None else hash_table.stride(1),
-        1 if hash_table is None else hash_table.shape[0],
-        dummy if l2p is None else l2p, dummy if replica_count is None else replica_count,
-        dummy if packed is None else packed,
-        rec_layer, 0 if rec_ids is None else rec_layer.stride(0),
-        dummy if rec_count is None else rec_count[spec.layer:],
-        dummy if count_fallbacks_into is None else count_fallbacks_into,
+        logits, weights, ids, tensor(bias),
+        logits.stride(0), T, scalar(renorm_eps, spec.RENORMALIZE), scalar(rsf, spec.APPLY_RSF),
+        scalar(max(spec.num_valid, 0), has_padding), scalar(shared_weight, spec.C > 0),
+        scalar(spec.home_rank, home_used), scalar(logit_scale, logit_scale != 1.0),
+        scalar(softcap, spec.HAS_SOFTCAP), scalar(renorm_p, p_norm), scalar(inv_renorm_p, p_norm),
+        logits.stride(1), stride(bias, 0),
+        tensor(expert_scale), stride(expert_scale, 0),
+        tensor(num_valid),
+        tensor(token_ids), stride(token_ids, 0),
+        tensor(hash_table), stride(hash_table, 0), stride(hash_table, 1),
+        hash_table.shape[0] if hash_table is not None else scalar(1, False),
+        tensor(l2p), tensor(replica_count),
+        tensor(packed),
+        tensor(rec_ids, rec_layer), stride(rec_ids, 0) if rec_ids is None else rec_layer.stride(0),
+        tensor(rec_count, None if rec_count is None else rec_count[spec.layer:]),
+        tensor(count_fallbacks_into),
         K=spec.K, C=spec.C, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
         GROUP_MAX=bool(spec.GROUP_MAX), GROUP_ZERO=bool(spec.GROUP_ZERO),
         GROUP_BY_COUNT=block_g <= 32,  # counting is G*G compares per row, cheap only for few groups
@@ -479,7 +501,7 @@ def _launch(
         HASH=bool(spec.HASH), HAS_PLACEMENT=l2p is not None, MAX_REPLICAS=spec.MAX_REPLICAS,
         REPLICA_POLICY=spec.REPLICA_POLICY, SHARED_MODE=spec.SHARED_MODE, NUM_SHARED=spec.NUM_SHARED,
         SLOTS_PER_RANK=spec.SLOTS_PER_RANK, NUM_PHYSICAL=spec.NUM_PHYSICAL,
-        VALID_FROM_PTR=num_valid is not None, HAS_PADDING=num_valid is None and 0 <= spec.num_valid < T,
+        VALID_FROM_PTR=num_valid is not None, HAS_PADDING=has_padding,
         HAS_RECORDER=rec_ids is not None, HAS_PACKED=packed is not None,
         BLOCK_M=spec.block_m, BLOCK_W=block_g * block_gs,
         LANE_BITS=lane_bits, TRUNCATE_WORDS=select_truncated,
