@@ -7,8 +7,9 @@ moegate as the launcher makes it, moegate with PDL off, with the PDL trigger at 
 narrow rows on warps instead of one a thread, with one row a thread's winners read again rather than taken from
 registers, with every kernel argument passed (`fat-params`), moegate's launch in one graph of 200 launches and one
 of 5000 (about what do_bench_cudagraph captures at 1 us) captured once for all rounds (`one-graph`,
-`one-graph-5k`), the read-once floor with and
-without PDL, and SGLang's router where .peers/ has it. Printed: every round's figure,
+`one-graph-5k`; `floor-1g`, `floor0-1g` and `sglang-1g` the same for the peers), the read-once floor with and
+without PDL, SGLang's router where .peers/ has it, and each of moegate, the floors and SGLang timed like
+do_bench_cudagraph but with --warm-ms of untimed replays between the capture and the timed ones (`*-warm`). Printed: every round's figure,
 then min / median / max. The benchmark's table takes the median of three such rounds; BENCHMARKS.md run 55 found
 moegate's small launches moving 1.5-2x from round to round where the floor and SGLang moved by 5-10%.
 """
@@ -71,19 +72,27 @@ def main(argv=None):
     p.add_argument("--tokens", default="1,16")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--rep", type=float, default=5)
+    p.add_argument("--warm-ms", type=float, default=50, help="untimed replays before the timed ones (*-warm)")
     a = p.parse_args(argv)
     sglang = bench._load_sglang()
     for name in a.shapes.split(","):
         config, dtype = bench.SHAPES[name]
         for T in (int(t) for t in a.tokens.split(",")):
             fns = bench._providers(config, dtype, T, sglang, set())
+            peers = ["floor", "floor0"] + (["sglang"] if "sglang" in fns else [])
             graphs = {"one-graph": _OneGraph(fns["moegate"], 200), "one-graph-5k": _OneGraph(fns["moegate"], 5000)}
-            labels = [*VARIANTS, *graphs, "floor", "floor0"] + (["sglang"] if "sglang" in fns else [])
+            for peer in peers:
+                graphs[f"{peer}-1g"] = _OneGraph(fns[peer], 200)
+            warm = {f"{label}-warm": label for label in ["moegate", *peers]}
+            labels = [*VARIANTS, *graphs, *peers, *warm]
             samples = {label: [] for label in labels}
             for _ in range(a.rounds):
                 for label in labels:
                     if label in graphs:
                         samples[label].append(graphs[label]())
+                        continue
+                    if label in warm:
+                        samples[label].append(bench._time_warm(fns[warm[label]], a.rep, a.warm_ms))
                         continue
                     overrides = VARIANTS.get(label, {})
                     saved = {k: getattr(kr, k) for k in overrides}
