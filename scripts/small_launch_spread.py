@@ -34,6 +34,46 @@ VARIANTS = {
 }
 
 
+def _time_warm(fn, rep, warm_ms):
+    """triton.testing.do_bench_cudagraph's measurement (eager estimate, a graph of rep / estimate launches, the
+    median of ten timed replays, device events) with untimed replays of the graph for about warm_ms between the
+    capture and the timed replays, us a launch: whether the GPU idling through a long capture (and its clock
+    dropping) is what makes a capture's timings slow. Run 62: it is not."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        estimate_ms = start.elapsed_time(end) / 5
+        n_repeat = 1000 if estimate_ms == 0 else max(1, int(rep / estimate_ms))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(n_repeat):
+                fn()
+        torch.cuda.synchronize()
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        for _ in range(max(0, int(warm_ms / max(start.elapsed_time(end), 1e-3)))):
+            graph.replay()
+        times = []
+        for _ in range(10):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / n_repeat)
+    return sorted(times)[len(times) // 2] * 1e3
+
+
 class _OneGraph:
     """Times one CUDA graph, captured once, of `n` launches of fn: each call replays it ten times (device events)
     and returns the median per launch in us. If the spread between rounds is a property of the capture, this
@@ -92,7 +132,7 @@ def main(argv=None):
                         samples[label].append(graphs[label]())
                         continue
                     if label in warm:
-                        samples[label].append(bench._time_warm(fns[warm[label]], a.rep, a.warm_ms))
+                        samples[label].append(_time_warm(fns[warm[label]], a.rep, a.warm_ms))
                         continue
                     overrides = VARIANTS.get(label, {})
                     saved = {k: getattr(kr, k) for k in overrides}

@@ -188,55 +188,10 @@ def _providers(config, dtype, T, sglang, want):
     return fns
 
 
-# Graph replays run untimed between the capture and the timed replays (_time_warm): capturing a graph of route()
-# calls keeps the host busy and the GPU idle for tens of ms, and the timed replays that follow may run before the
-# SM clock is back up (BENCHMARKS.md run 62). 0: triton.testing.do_bench_cudagraph as it is.
-WARM_MS = 0
-
-
 def _time(fn, rep):
-    if WARM_MS > 0:
-        return _time_warm(fn, rep, WARM_MS)
     import triton.testing
 
     return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median") * 1e3  # us
-
-
-def _time_warm(fn, rep, warm_ms):
-    """triton.testing.do_bench_cudagraph's measurement (eager estimate, a graph of rep / estimate launches, the
-    median of ten timed replays, device events) with replays of the graph for about warm_ms between the capture
-    and the timed replays. us a launch."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        fn()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(5):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        estimate_ms = start.elapsed_time(end) / 5
-        n_repeat = 1000 if estimate_ms == 0 else max(1, int(rep / estimate_ms))
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(n_repeat):
-                fn()
-        torch.cuda.synchronize()
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        for _ in range(max(0, int(warm_ms / max(start.elapsed_time(end), 1e-3)))):
-            graph.replay()
-        times = []
-        for _ in range(10):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / n_repeat)
-    return sorted(times)[len(times) // 2] * 1e3  # the median of ten, as return_mode="median" picks it
 
 
 def _geomean(xs):
@@ -477,7 +432,7 @@ def sweep(shapes, tokens, rep):
 
 
 def main(argv=None) -> int:
-    global VERIFY_ROWS, COUNT_FALLBACKS, WARM_MS
+    global VERIFY_ROWS, COUNT_FALLBACKS
     p = argparse.ArgumentParser(prog="moegate bench", description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default=",".join(DEFAULT_SHAPES),
                    help="comma-separated names: " + ", ".join(SHAPES) + " (default: all but "
@@ -503,12 +458,8 @@ def main(argv=None) -> int:
                         "program, PDL off) at these token counts")
     p.add_argument("--ab-variants", default=None,
                    help="comma-separated AB_VARIANTS to time with --ab (default: all): " + ", ".join(AB_VARIANTS))
-    p.add_argument("--warm-ms", type=float, default=WARM_MS,
-                   help="replay each captured graph untimed for this long before the timed replays (0: "
-                        "triton.testing.do_bench_cudagraph as it is)")
     args = p.parse_args(argv)
     VERIFY_ROWS = args.verify_rows
-    WARM_MS = args.warm_ms
     COUNT_FALLBACKS = args.fallbacks
     if not torch.cuda.is_available():
         print("moegate bench needs a CUDA device; none is available")
