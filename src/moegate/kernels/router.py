@@ -190,8 +190,8 @@ THREAD_WINNERS_IN_REGS = True
 winners_in_regs_override: bool | None = None
 # Arguments that the launch's constexprs turn off (absent tensors and their strides, unused scalars) are passed as
 # None, so that Triton leaves them out of the kernel's parameters: a launch without padding, placement or capture
-# then carries ~13 parameters instead of 34 (the graph replays of the benchmark found small launches with the full
-# list moving between captures). lean_params_override forces it (False: every argument, as before).
+# then carries 8-10 parameters (52-64 bytes) instead of 34 (200). H200 runs 61 and 64 (BENCHMARKS.md) timed it level
+# with every argument at T = 1-32768. lean_params_override forces it (False: every argument, as before).
 LEAN_PARAMS = True
 lean_params_override: bool | None = None
 # Distance words drop low ulp bits from 1024 lanes up (896 experts: 25% of rows on the exact path without,
