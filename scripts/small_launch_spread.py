@@ -7,7 +7,8 @@ moegate as the launcher makes it, moegate with PDL off, with the PDL trigger at 
 narrow rows on warps instead of one a thread, with one row a thread's winners read again rather than taken from
 registers, with every kernel argument passed (`fat-params`), moegate's launch in one graph of 200 launches and one
 of 5000 (about what do_bench_cudagraph captures at 1 us) captured once for all rounds (`one-graph`,
-`one-graph-5k`; `floor-1g`, `floor0-1g` and `sglang-1g` the same for the peers), the read-once floor with and
+`one-graph-5k`; `floor-1g`, `floor0-1g` and `sglang-1g` the same for the peers; `one-graph-fresh` a graph of 200
+captured anew each round, `one-graph-late` one captured after half the rounds), the read-once floor with and
 without PDL, SGLang's router where .peers/ has it, and each of moegate, the floors and SGLang timed like
 do_bench_cudagraph but with --warm-ms of untimed replays between the capture and the timed ones (`*-warm`). Printed: every round's figure,
 then min / median / max. The benchmark's table takes the median of three such rounds; BENCHMARKS.md run 55 found
@@ -113,6 +114,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--rep", type=float, default=5)
     p.add_argument("--warm-ms", type=float, default=50, help="untimed replays before the timed ones (*-warm)")
+    p.add_argument("--only", default="", help="comma-separated providers to time (default: all)")
     a = p.parse_args(argv)
     sglang = bench._load_sglang()
     for name in a.shapes.split(","):
@@ -124,10 +126,21 @@ def main(argv=None):
             for peer in peers:
                 graphs[f"{peer}-1g"] = _OneGraph(fns[peer], 200)
             warm = {f"{label}-warm": label for label in ["moegate", *peers]}
-            labels = [*VARIANTS, *graphs, *peers, *warm]
+            # one-graph-fresh: a graph of 200 launches captured anew in every round (as do_bench_cudagraph captures
+            # anew, but without its eager estimate); one-graph-late: one graph captured after half the rounds.
+            labels = [*VARIANTS, *graphs, "one-graph-fresh", "one-graph-late", *peers, *warm]
+            if a.only:
+                labels = [label for label in labels if label in a.only.split(",")]
             samples = {label: [] for label in labels}
-            for _ in range(a.rounds):
+            for r in range(a.rounds):
+                if r == a.rounds // 2:
+                    graphs["one-graph-late"] = _OneGraph(fns["moegate"], 200)
                 for label in labels:
+                    if label == "one-graph-fresh":
+                        samples[label].append(_OneGraph(fns["moegate"], 200)())
+                        continue
+                    if label == "one-graph-late" and label not in graphs:
+                        continue
                     if label in graphs:
                         samples[label].append(graphs[label]())
                         continue
