@@ -2,7 +2,8 @@
 
     PYTHONPATH=src python3 scripts/small_launch_spread.py [--shapes a,b] [--tokens 1,16] [--rounds 10] [--rep 5]
 
-Each round times every provider once (``triton.testing.do_bench_cudagraph``, median of its replays), in turn:
+Each round times every provider once (``moegate.bench._time``, the benchmark's timer: median of ten replays of a
+CUDA graph; ``*-dobench``: ``triton.testing.do_bench_cudagraph`` itself, whose eager estimate sizes the graph), in turn:
 moegate as the launcher makes it, moegate with PDL off, with the PDL trigger at the kernel's start and end, with
 narrow rows on warps instead of one a thread, with one row a thread's winners read again rather than taken from
 registers, with every kernel argument passed (`fat-params`), moegate's launch in one graph of 200 launches and one
@@ -20,6 +21,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+import triton.testing  # noqa: E402
 
 import moegate.kernels.router as kr  # noqa: E402
 from moegate import bench  # noqa: E402
@@ -128,7 +131,8 @@ def main(argv=None):
             warm = {f"{label}-warm": label for label in ["moegate", *peers]}
             # one-graph-fresh: a graph of 200 launches captured anew in every round (as do_bench_cudagraph captures
             # anew, but without its eager estimate); one-graph-late: one graph captured after half the rounds.
-            labels = [*VARIANTS, *graphs, "one-graph-fresh", "one-graph-late", *peers, *warm]
+            labels = [*VARIANTS, *graphs, "one-graph-fresh", "one-graph-late", *peers, *warm,
+                      *(f"{label}-dobench" for label in ["moegate", *peers])]
             if a.only:
                 labels = [label for label in labels if label in a.only.split(",")]
             samples = {label: [] for label in labels}
@@ -146,6 +150,10 @@ def main(argv=None):
                         continue
                     if label in warm:
                         samples[label].append(_time_warm(fns[warm[label]], a.rep, a.warm_ms))
+                        continue
+                    if label.endswith("-dobench"):
+                        samples[label].append(triton.testing.do_bench_cudagraph(
+                            fns[label[: -len("-dobench")]], rep=a.rep, return_mode="median") * 1e3)
                         continue
                     overrides = VARIANTS.get(label, {})
                     saved = {k: getattr(kr, k) for k in overrides}

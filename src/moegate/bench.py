@@ -1,7 +1,9 @@
 """``python -m moegate.bench``: the fused router side by side with its peers, timed with CUDA graphs.
 
-Providers (each the median of ``triton.testing.do_bench_cudagraph``, so launch gaps and Python
-overhead are out of every number; at T <= 1024 the median of --repeats such timings, the providers in turn):
+Providers (each the median of ten replays of a CUDA graph of launches, device events: the method of
+``triton.testing.do_bench_cudagraph``, with the graph's launch count estimated on a graph rather than on eager
+calls, see ``TIMER``; launch gaps and Python overhead are out of every number; at T <= 1024 the median of
+--repeats such timings, the providers in turn):
 
 - ``moegate``: ``route(..., backend="triton", out=...)``, the one fused launch.
 - ``sglang``: SGLang's Triton router ``moe_fused_gate`` (sglang 0.5.23), when
@@ -191,10 +193,51 @@ def _providers(config, dtype, T, sglang, want):
     return fns
 
 
-def _time(fn, rep):
-    import triton.testing
+# How each figure is timed. "graph" (the default): triton.testing.do_bench_cudagraph's method (a CUDA graph of
+# rep / estimate launches, the median of ten timed replays, device events) with the estimate taken from a graph of
+# ESTIMATE_LAUNCHES launches and at most MAX_LAUNCHES launches a graph. "do_bench": do_bench_cudagraph itself, which
+# estimates from five eager calls: those time the host (route()'s Python and Triton's launcher, ~100 us, against ~10
+# for the floor's bare launch), so a graph of a 1-us launch held ~100 launches and each figure carried a
+# hundredth of the graph's own launch cost, differently from one estimate to the next (BENCHMARKS.md run 65).
+TIMER = "graph"
+ESTIMATE_LAUNCHES = 20
+MAX_LAUNCHES = 2000
 
-    return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median") * 1e3  # us
+
+def _time(fn, rep):
+    """us a launch of fn: the median of ten replays of a CUDA graph of launches, timed with device events."""
+    if TIMER == "do_bench":
+        import triton.testing
+
+        return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median") * 1e3
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fn()  # compiles, allocates
+
+        def capture(n):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(n):
+                    fn()
+            torch.cuda.synchronize()
+            return graph
+
+        def replay_ms(graph):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(end)
+
+        probe = capture(ESTIMATE_LAUNCHES)
+        replay_ms(probe)
+        estimate_ms = replay_ms(probe) / ESTIMATE_LAUNCHES
+        del probe
+        n = min(MAX_LAUNCHES, max(1, int(rep / max(estimate_ms, 1e-6))))
+        graph = capture(n)
+        times = sorted(replay_ms(graph) / n for _ in range(10))
+    return times[len(times) // 2] * 1e3  # the median of ten, as do_bench_cudagraph's return_mode="median"
 
 
 def _geomean(xs):
@@ -435,7 +478,7 @@ def sweep(shapes, tokens, rep):
 
 
 def main(argv=None) -> int:
-    global VERIFY_ROWS, COUNT_FALLBACKS
+    global VERIFY_ROWS, COUNT_FALLBACKS, TIMER
     p = argparse.ArgumentParser(prog="moegate bench", description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default=",".join(DEFAULT_SHAPES),
                    help="comma-separated names: " + ", ".join(SHAPES) + " (default: all but "
@@ -461,8 +504,12 @@ def main(argv=None) -> int:
                         "program, PDL off) at these token counts")
     p.add_argument("--ab-variants", default=None,
                    help="comma-separated AB_VARIANTS to time with --ab (default: all): " + ", ".join(AB_VARIANTS))
+    p.add_argument("--timer", choices=("graph", "do_bench"), default=TIMER,
+                   help="graph: do_bench_cudagraph's method with its launch count estimated on a graph (default); "
+                        "do_bench: triton.testing.do_bench_cudagraph itself, estimated on eager calls")
     args = p.parse_args(argv)
     VERIFY_ROWS = args.verify_rows
+    TIMER = args.timer
     COUNT_FALLBACKS = args.fallbacks
     if not torch.cuda.is_available():
         print("moegate bench needs a CUDA device; none is available")
@@ -478,7 +525,7 @@ def main(argv=None) -> int:
         p.error(f"--repeats must be >= 1, not {args.repeats}")
     ref_tokens = {int(t) for t in args.ref_tokens.split(",") if t}
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} | {torch.cuda.get_device_name()} | "
-          f"torch {torch.__version__} | triton {triton.__version__} | do_bench_cudagraph median, rep={args.rep} ms")
+          f"torch {torch.__version__} | triton {triton.__version__} | timer {TIMER}: CUDA-graph median, rep={args.rep} ms")
     if args.sweep:
         sweep(shapes, tokens, args.rep)
         return 0
