@@ -11,9 +11,10 @@ of 5000 (about what do_bench_cudagraph captures at 1 us) captured once for all r
 `one-graph-5k`; `floor-1g`, `floor0-1g` and `sglang-1g` the same for the peers; `one-graph-fresh` a graph of 200
 captured anew each round, `one-graph-late` one captured after half the rounds), the read-once floor with and
 without PDL, SGLang's router where .peers/ has it, and each of moegate, the floors and SGLang timed like
-do_bench_cudagraph but with --warm-ms of untimed replays between the capture and the timed ones (`*-warm`). Printed: every round's figure,
-then min / median / max. The benchmark's table takes the median of three such rounds; BENCHMARKS.md run 55 found
-moegate's small launches moving 1.5-2x from round to round where the floor and SGLang moved by 5-10%.
+do_bench_cudagraph but with --warm-ms of untimed replays between the capture and the timed ones (`*-warm`).
+Printed: every round's figure, then min / median / max. The benchmark's table takes the median of three such rounds.
+BENCHMARKS.md runs 55-62 found moegate's small launches moving 1.5-2x from round to round under do_bench_cudagraph,
+where the floor and SGLang moved by 5-10%; runs 65-66 traced it to do_bench_cudagraph's eager estimate (`*-dobench`).
 """
 
 import argparse

@@ -525,7 +525,8 @@ def main(argv=None) -> int:
         p.error(f"--repeats must be >= 1, not {args.repeats}")
     ref_tokens = {int(t) for t in args.ref_tokens.split(",") if t}
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} | {torch.cuda.get_device_name()} | "
-          f"torch {torch.__version__} | triton {triton.__version__} | timer {TIMER}: CUDA-graph median, rep={args.rep} ms")
+          f"torch {torch.__version__} | triton {triton.__version__} | timer {TIMER}: CUDA-graph median, "
+          f"rep={args.rep} ms")
     if args.sweep:
         sweep(shapes, tokens, args.rep)
         return 0
