@@ -229,10 +229,11 @@ def main(argv=None) -> int:
         counts = sass_counts(compiled)
         total = sum(counts.values())
         spills = sum(counts[k] for k in ("STL", "LDL"))
+        n_params, param_bytes = kernel_params(compiled)
         print(f"{name:18s} T={a.tokens:<6d} block_m={block_m} warps={num_warps} regs={registers(compiled):3d} "
               f"local={spills} "
               f"sass={total} fast_path~{fast_path_estimate(compiled)} "
-              f"kparams={kernel_params(compiled)[0]}/{kernel_params(compiled)[1]}B "
+              f"kparams={n_params}/{param_bytes}B "
               f"params={','.join(hex(line) for line in param_lines(compiled))}")
         if a.opcodes:
             print("   ", " ".join(f"{k}:{v}" for k, v in counts.most_common()))

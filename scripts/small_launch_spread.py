@@ -46,8 +46,7 @@ def _time_warm(fn, rep, warm_ms):
     dropping) is what makes a capture's timings slow. Run 62: it is not."""
     import torch
 
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
+    with torch.cuda.stream(torch.cuda.Stream()):
         fn()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -56,27 +55,12 @@ def _time_warm(fn, rep, warm_ms):
         end.record()
         torch.cuda.synchronize()
         estimate_ms = start.elapsed_time(end) / 5
-        n_repeat = 1000 if estimate_ms == 0 else max(1, int(rep / estimate_ms))
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(n_repeat):
-                fn()
-        torch.cuda.synchronize()
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        for _ in range(max(0, int(warm_ms / max(start.elapsed_time(end), 1e-3)))):
+        n = 1000 if estimate_ms == 0 else max(1, int(rep / estimate_ms))
+        graph = bench._capture(fn, n)
+        once_ms = bench._replay_ms(graph)
+        for _ in range(max(0, int(warm_ms / max(once_ms, 1e-3)))):
             graph.replay()
-        times = []
-        for _ in range(10):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / n_repeat)
-    return sorted(times)[len(times) // 2] * 1e3
+        return bench._median_us(graph, n)
 
 
 class _OneGraph:
@@ -90,25 +74,13 @@ class _OneGraph:
         self.n, self.stream = n, torch.cuda.Stream()
         with torch.cuda.stream(self.stream):
             fn()
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                for _ in range(n):
-                    fn()
-        torch.cuda.synchronize()
+            self.graph = bench._capture(fn, n)
 
     def __call__(self):
         import torch
 
-        times = []
         with torch.cuda.stream(self.stream):
-            for _ in range(10):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                self.graph.replay()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) * 1e3 / self.n)
-        return sorted(times)[len(times) // 2]
+            return bench._median_us(self.graph, self.n)
 
 
 def main(argv=None):

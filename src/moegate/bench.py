@@ -196,12 +196,38 @@ def _providers(config, dtype, T, sglang, want):
 # How each figure is timed. "graph" (the default): triton.testing.do_bench_cudagraph's method (a CUDA graph of
 # rep / estimate launches, the median of ten timed replays, device events) with the estimate taken from a graph of
 # ESTIMATE_LAUNCHES launches and at most MAX_LAUNCHES launches a graph. "do_bench": do_bench_cudagraph itself, which
-# estimates from five eager calls: those time the host (route()'s Python and Triton's launcher, ~100 us, against ~10
-# for the floor's bare launch), so a graph of a 1-us launch held ~100 launches and each figure carried a
-# hundredth of the graph's own launch cost, differently from one estimate to the next (BENCHMARKS.md run 65).
+# estimates from five eager calls. Those time the host as well, and route()'s host path is far slower than the
+# floor's bare launch, so moegate's small launches got short graphs whose own launch cost landed in their figures,
+# differently from one estimate to the next (BENCHMARKS.md runs 65-66).
 TIMER = "graph"
 ESTIMATE_LAUNCHES = 20
 MAX_LAUNCHES = 2000
+
+
+def _capture(fn, n):
+    """A CUDA graph of n calls of fn, captured on the current stream."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            fn()
+    torch.cuda.synchronize()
+    return graph
+
+
+def _replay_ms(graph):
+    """One replay of graph on the current stream, timed with device events (ms)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
+
+
+def _median_us(graph, n, replays=10):
+    """The median over `replays` replays of a graph of n launches, us a launch."""
+    times = sorted(_replay_ms(graph) / n for _ in range(replays))
+    return times[len(times) // 2] * 1e3
 
 
 def _time(fn, rep):
@@ -210,34 +236,14 @@ def _time(fn, rep):
         import triton.testing
 
         return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median") * 1e3
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
+    with torch.cuda.stream(torch.cuda.Stream()):
         fn()  # compiles, allocates
-
-        def capture(n):
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(n):
-                    fn()
-            torch.cuda.synchronize()
-            return graph
-
-        def replay_ms(graph):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            torch.cuda.synchronize()
-            return start.elapsed_time(end)
-
-        probe = capture(ESTIMATE_LAUNCHES)
-        replay_ms(probe)
-        estimate_ms = replay_ms(probe) / ESTIMATE_LAUNCHES
+        probe = _capture(fn, ESTIMATE_LAUNCHES)
+        _replay_ms(probe)
+        estimate_ms = _replay_ms(probe) / ESTIMATE_LAUNCHES
         del probe
         n = min(MAX_LAUNCHES, max(1, int(rep / max(estimate_ms, 1e-6))))
-        graph = capture(n)
-        times = sorted(replay_ms(graph) / n for _ in range(10))
-    return times[len(times) // 2] * 1e3  # the median of ten, as do_bench_cudagraph's return_mode="median"
+        return _median_us(_capture(fn, n), n)
 
 
 def _geomean(xs):

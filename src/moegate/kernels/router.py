@@ -392,7 +392,7 @@ def _launch(
     block_g, block_gs = (1, triton.next_power_of_2(spec.GROUP_SIZE)) if spec.N_GROUP == 1 else (
         triton.next_power_of_2(spec.N_GROUP), triton.next_power_of_2(spec.GROUP_SIZE)
     )
-    rec_layer = rec_ids[spec.layer] if rec_ids is not None else dummy
+    rec_layer = rec_ids[spec.layer] if rec_ids is not None else None
     grid = (max(1, triton.cdiv(T, spec.block_m)),)
     lane_bits = (block_g * block_gs).bit_length() - 1
     select_truncated = (spec.SCORING == 0 and not spec.SELECT_LOGITS) and bias is None  # softmax scores
@@ -467,8 +467,8 @@ def _launch(
     def scalar(value, used):
         return value if used or not lean else None
 
-    def tensor(t, view=None):  # an optional tensor (view: the part the kernel reads)
-        return (t if view is None else view) if t is not None else scalar(dummy, False)
+    def tensor(t):  # an optional tensor
+        return t if t is not None else scalar(dummy, False)
 
     def stride(t, dim, default=0):
         return t.stride(dim) if t is not None else scalar(default, False)
@@ -489,8 +489,8 @@ def _launch(
         hash_table.shape[0] if hash_table is not None else scalar(1, False),
         tensor(l2p), tensor(replica_count),
         tensor(packed),
-        tensor(rec_ids, rec_layer), stride(rec_ids, 0) if rec_ids is None else rec_layer.stride(0),
-        tensor(rec_count, None if rec_count is None else rec_count[spec.layer:]),
+        tensor(rec_layer), stride(rec_layer, 0),
+        tensor(None if rec_count is None else rec_count[spec.layer:]),
         tensor(count_fallbacks_into),
         K=spec.K, C=spec.C, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
         GROUP_MAX=bool(spec.GROUP_MAX), GROUP_ZERO=bool(spec.GROUP_ZERO),
