@@ -186,7 +186,7 @@ def print_lines(compiled) -> None:
         total[(fname, line)] += 1
         alu[(fname, line)] += _opcode(text) in ALU_OPS
     print(f"    fast path {len(body)} instructions, {sum(alu.values())} on the ALU pipe")
-    for (fname, line), n in total.most_common(25):
+    for (fname, line), n in total.most_common(int(os.environ.get("SASS_LINES", 25))):
         code = src[line - 1].strip()[:80] if fname == kernel_file and line else ""
         print(f"    {n:4d} ({alu[(fname, line)]:3d} alu) {fname}:{line} {code}")
 

@@ -180,7 +180,9 @@ pdl_trigger_override: int | None = None
 # (fast keys: MUFU ops right before the bias add) 1.75 vs 1.89 us; on the exact keys, whose IEEE square roots cover
 # the load, level or slower (T=16 2.05 vs 2.04, 64 2.10 vs 2.06, 1024 2.89 vs 2.85, 4096 5.46 vs 5.34). Forced on
 # or off where a row on warps has a bias (bias_early_override: the tests, the benchmark's A/B), or the default:
-# fast sqrt-softplus keys up to BIAS_EARLY_MAX_TOKENS (they run at T <= 32 there).
+# fast sqrt-softplus keys up to BIAS_EARLY_MAX_TOKENS (they run at T <= 32 there). Since the keys take the unmasked
+# logits (router_kernel._load_tile_raw), ptxas issues that load early by itself (sm_90 SASS, T = 1: four 128-bit
+# loads before the first MUFU op with the pin and without); the pin stays, one select, against ptxas changing its mind.
 BIAS_EARLY_MAX_TOKENS = 1024
 bias_early_override: bool | None = None
 # One row a thread with logit keys (Mixtral): each round's winner takes its logit from the thread's own columns

@@ -131,11 +131,20 @@ def _load_tile(row_base, col2, col_stride, row_ok, ok2, logit_scale, softcap, HA
                HAS_SOFTCAP: tl.constexpr, ACCURATE: tl.constexpr):
     """Step 1 on the tile of rows on warps: (x [BM, BW] fp32, dead), dead lanes (NaN, -inf, padding) at -inf.
     Step 3's NaN rule comes after the softcap (tanh(-inf) is finite, tanh(NaN) is not)."""
+    x, dead = _load_tile_raw(row_base, col2, col_stride, row_ok, ok2, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP,
+                             ACCURATE)
+    return tl.where(dead, float("-inf"), x), dead
+
+
+@triton.jit
+def _load_tile_raw(row_base, col2, col_stride, row_ok, ok2, logit_scale, softcap, HAS_SCALE: tl.constexpr,
+                   HAS_SOFTCAP: tl.constexpr, ACCURATE: tl.constexpr):
+    """_load_tile before its mask: (x through step 1 with NaN kept, dead). Keys computed elementwise from it are
+    garbage on dead lanes, which _key_bits then sets to -inf: one select a lane fewer than keys of the masked x."""
     x = tl.load(row_base[:, None] + col2.to(tl.int64) * col_stride, mask=row_ok[:, None] & ok2,
                 other=float("-inf")).to(tl.float32)
     x = _prologue(x, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
-    dead = (x != x) | (x == float("-inf")) | (ok2 == 0)
-    return tl.where(dead, float("-inf"), x), dead
+    return x, (x != x) | (x == float("-inf")) | (ok2 == 0)
 
 
 @triton.jit
@@ -385,19 +394,21 @@ def _top2_combine(a1, a2, b1, b2):
 
 
 @triton.jit
-def _group_mask(hi, key, dead, ok2, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.constexpr,
-                BLOCK_W: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr, GROUP_MAX: tl.constexpr,
-                GROUP_ZERO: tl.constexpr, GROUP_BY_COUNT: tl.constexpr):
-    """Step 4 on the exact 32-bit key bits (padding lanes hold INT32_MIN).
+def _group_keep(hi, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.constexpr, N_GROUP: tl.constexpr,
+                TOPK_GROUP: tl.constexpr, GROUP_MAX: tl.constexpr, GROUP_BY_COUNT: tl.constexpr):
+    """Step 4's choice of groups from the exact 32-bit key bits (padding lanes at INT32_MIN).
 
     The group's top key, and for top2_sum its second key, which is the top key again when that appears
-    twice (the reference counts a repeated key twice). 32-bit reductions: 64-bit (key, lane) words here
-    cost ~650 SASS instructions a DeepSeek-V3 row, 43% of it. Returns the masked bits and, per row, the
-    lowest kept and the highest dropped group score (the margin that APPROX_KEYS checks).
+    twice (the reference counts a repeated key twice). 32-bit integer reductions: 64-bit (key, lane) words here
+    cost ~650 SASS instructions a DeepSeek-V3 row, 43% of it; fp32 min / max on the keys themselves, which
+    spare the bits' conversion back, cost 12 more ALU instructions a row than the integer ones (no 3-input
+    FMNMX on sm_90, where VIMNMX3 takes three). Returns kept [BM, BG], per row the lowest kept and the highest
+    dropped group score (the margin that APPROX_KEYS checks), and each group's top key bits [BM, BG].
     """
     hi3 = tl.reshape(hi, [BLOCK_M, BLOCK_G, BLOCK_GS])
     if GROUP_MAX:
-        group_score = _key_of32(tl.max(hi3, axis=2))  # [BM, BG]
+        top1 = tl.max(hi3, axis=2)  # [BM, BG]
+        group_score = _key_of32(top1)
     else:
         # One reduction over (largest, second) pairs. H200 run 14: DeepSeek-V3 T=65536 60.7 us against 63.8
         # for the top, a compare of every lane against it, and a second max (SASS 703 vs 737 a row).
@@ -405,6 +416,7 @@ def _group_mask(hi, key, dead, ok2, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr
         group_score = _key_of32(top1) + _key_of32(second)
     g = tl.arange(0, BLOCK_G)
     g_ok = (g < N_GROUP)[None, :]  # [1, BG]
+    # 64-bit (score, inverted group) words: equal scores go to the lower group.
     group_word = tl.where(
         g_ok, (_order_bits(group_score).to(tl.int64) << 32) | ((-g) + LOW_BASE).to(tl.int64), INT64_MIN
     )  # [BM, BG]
@@ -422,13 +434,31 @@ def _group_mask(hi, key, dead, ok2, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr
         kept = kept & g_ok
     kept_min = tl.min(tl.where(kept, group_score, float("inf")), axis=1)  # [BM]
     dropped_max = tl.max(tl.where(g_ok & (kept == 0), group_score, float("-inf")), axis=1)
-    kept_lanes = tl.reshape(tl.broadcast_to(kept[:, :, None], [BLOCK_M, BLOCK_G, BLOCK_GS]), [BLOCK_M, BLOCK_W])
+    return kept, kept_min, dropped_max, top1
+
+
+@triton.jit
+def _group_mask(hi, key, dead, ok2, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.constexpr,
+                BLOCK_W: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr, GROUP_MAX: tl.constexpr,
+                GROUP_ZERO: tl.constexpr, GROUP_BY_COUNT: tl.constexpr):
+    """Step 4: _group_keep, then the key bits with the dropped groups' lanes at
+    INT32_MIN, or for zero fill at the bits of 0.0. Returns those bits, the lowest kept and the highest
+    dropped group score."""
+    kept, kept_min, dropped_max, _top1 = _group_keep(hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP, TOPK_GROUP,
+                                                     GROUP_MAX, GROUP_BY_COUNT)
+    kept_lanes = _kept_lanes(kept, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W)
     if GROUP_ZERO:
         # Dead experts (NaN / -inf logits) keep key -inf: below every other key, zeroed ones too.
         hi = tl.where(ok2, _order_bits(tl.where(kept_lanes | dead, key, 0.0)), INT32_MIN)
     else:
         hi = tl.where(kept_lanes, hi, INT32_MIN)  # below every kept key, -inf included
     return hi, kept_min, dropped_max
+
+
+@triton.jit
+def _kept_lanes(kept, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.constexpr, BLOCK_W: tl.constexpr):
+    """[BM, BG] kept groups -> [BM, BW] lanes of kept groups."""
+    return tl.reshape(tl.broadcast_to(kept[:, :, None], [BLOCK_M, BLOCK_G, BLOCK_GS]), [BLOCK_M, BLOCK_W])
 
 
 @triton.jit
@@ -607,8 +637,8 @@ def _thread_logit_rounds(xs, row_base, col_stride, row_ok, kc, logit_scale, soft
     Word of column j: the logit's signed bits rounded up to a bucket of 2 * B ulps (B = 2**LB >= E), shifted
     into the high bits, with B - 1 - j in the low LB bits, so that one integer max yields the best bucket and,
     in it, the lowest id. Every word lies in [-2**30, 2**30), NaN and infinities included, so the next word
-    down is best - 1 - gap with gap the unsigned minimum of best - 1 - word (the warp path's gap rounds: one
-    add and one min a column, no marking, no id carried through a tree). K + 1 rounds; the K winners' logits
+    down is best + step with step the unsigned maximum of word - best (the warp path's rounds: one add and one
+    max a column, no marking, no id carried through a tree). K + 1 rounds; the K winners' logits
     are picked from the thread's own columns by their ids (WINNERS_IN_REGS: E - 1 selects a winner) or read
     again (L1 hits), the same bits either way. The order is checked, not trusted:
     - winner i against winner i + 1 on exact logits (_logit_keys_close: a pair in the wrong order, a
@@ -636,10 +666,10 @@ def _thread_logit_rounds(xs, row_base, col_stride, row_ok, kc, logit_scale, soft
     prev_x = m
     for i in tl.static_range(ROUNDS):
         if i > 0:
-            gaps = ()
+            steps = ()
             for j in tl.static_range(E):
-                gaps = gaps + ((best - 1 - words[j]).to(tl.uint32, bitcast=True),)
-            best = best - 1 - _fold(gaps, E, 1).to(tl.int32, bitcast=True)
+                steps = steps + ((words[j] - best).to(tl.uint32, bitcast=True),)
+            best = best + _fold(steps, E, 0).to(tl.int32, bitcast=True)
         if i < K:
             best_id = (B - 1) - (best & (B - 1))
             if WINNERS_IN_REGS:
@@ -873,7 +903,7 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
     pays five shuffles on every reduction for one row.
 
     Selection as one row a program: 32-bit words (distance below the row's best key bits << LANE_BITS |
-    inverted id), the next round's word by the unsigned gap below the last one (no marking), the same
+    inverted id), the next round's word by the unsigned step below the last one (no marking), the same
     margin checks on the words, and a program with a row the words cannot decide reloads its rows and
     takes _split_exact (so that only the words stay live through the rounds).
     Returns (ids [BM, BKC], the winners' logits through step 1 with LOGIT_KEYS (else unused), row max, row
@@ -911,13 +941,13 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
     wk = tl.where(kc[None, :] == 0, best[:, None], INT32_MIN)
     wn = tl.full([BLOCK_M, BLOCK_KC], INT32_MIN, tl.int32)
     for i in tl.static_range(1, ROUNDS):
-        # The next word down without marking: best - 1 - word, as unsigned, is below 2**31 for the words
-        # under best and wraps past it for best and the words above it (and INT32_MIN once best >= 1).
-        gaps = ()
+        # The next word down without marking (as one row a program): word - best, as unsigned, is above 2**31
+        # for the words under best and at most 2**31 for best, the words above it and INT32_MIN.
+        steps = ()
         for j in tl.static_range(N):
-            gaps = gaps + ((best[:, None] - 1 - words[j]).to(tl.uint32, bitcast=True),)
-        gap = tl.min(_fold(gaps, N, 1), axis=1)
-        best = best - 1 - gap.to(tl.int32, bitcast=True)
+            steps = steps + ((words[j] - best[:, None]).to(tl.uint32, bitcast=True),)
+        step = tl.max(_fold(steps, N, 0), axis=1)
+        best = best + step.to(tl.int32, bitcast=True)
         wk = tl.where(kc[None, :] == i, best[:, None], wk)
         wn = tl.where(kc[None, :] == i - 1, best[:, None], wn)
     cur = kc[None, :] < K
@@ -1087,14 +1117,15 @@ def _route_kernel(
             col_ok = ((lane // BLOCK_GS) < N_GROUP) & ((lane % BLOCK_GS) < GROUP_SIZE)
         col2 = col[None, :]
         ok2 = col_ok[None, :]  # [1, BW]
-        x, dead = _load_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap, HAS_SCALE,
-                             HAS_SOFTCAP, ACCURATE)  # [BM, BW]
+        x_raw, dead = _load_tile_raw(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap, HAS_SCALE,
+                                     HAS_SOFTCAP, ACCURATE)  # [BM, BW]
         if BIAS_EARLY:
             # ptxas issues the bias load of sqrt-softplus rows after the scoring (to spare its registers), so a
             # small launch waits a second L2 round trip there. A select on a condition it cannot fold
             # (num_tokens >= 0 always) makes the scoring depend on the loaded bias: both loads go out together.
             b_early = _load_bias(bias_ptr, col2, bias_stride, ok2)
-            x = tl.where(num_tokens < 0, b_early, x)
+            x_raw = tl.where(num_tokens < 0, b_early, x_raw)
+        x = tl.where(dead, float("-inf"), x_raw)
         if SCORING == 0:
             row_max = tl.max(x, axis=1)  # [BM]
             row_max = tl.where(row_max > float("-inf"), row_max, 0.0)
@@ -1147,15 +1178,31 @@ def _route_kernel(
         # steps 2-5 with the exact scores below.
         # LOGIT_KEYS: softmax is monotone in the logit, so the logits order the scores; ties stay ties (equal
         # logits, equal scores) and near-ties, where rounding could make two scores equal, are checked below.
-        key, s_lane, hi = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
+        # The keys and the FMA band from the unmasked logits: dead lanes' keys are set to -inf from `dead`, and the
+        # band skips NaN and -inf (its unsigned window holds the finite logits below its bound only). The tile's
+        # weights take the scores (s_lane), which must be 0 on dead lanes: those keep the masked logits.
+        x_key = x if TILE_WEIGHTS else x_raw
+        key, s_lane, hi = _key_bits(x_key, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
                                     SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_KEYS)
         if FMA_KEYS:
-            fma_band = _fma_band(x, SCORING, 1)  # [BM]: those rows redo their keys with div_rn / sqrt_rn
+            fma_band = _fma_band(x_raw, SCORING, 1)  # [BM]: those rows redo their keys with div_rn / sqrt_rn
         inv = (-lane) + (BLOCK_W - 1)  # [BW] larger for lower lanes: ties go to the lower id
-        if N_GROUP > 1:
+        # One row a program, groups dropped by exclusion: the dropped lanes leave the fast words through the
+        # words' own select (the kept lanes), and the row's best kept key is the best of the kept groups' tops,
+        # where masking the bits first cost a select a lane and a reduction (SASS: 16 ALU instructions a
+        # DeepSeek-V3 row). `hi` keeps the dropped lanes' bits then; the exact paths build their own.
+        KEEP_IN_WORDS: tl.constexpr = (BLOCK_M == 1) and (not TRUNCATE_WORDS) and (N_GROUP > 1) and (not GROUP_ZERO)
+        allowed = ok2  # [1, BW] lanes that may win on the fast path
+        if KEEP_IN_WORDS:
+            kept, kept_min, dropped_max, top1 = _group_keep(hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP, TOPK_GROUP,
+                                                            GROUP_MAX, GROUP_BY_COUNT)
+            allowed = ok2 & _kept_lanes(kept, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W)
+            hi_max = tl.max(tl.max(tl.where(kept, top1, INT32_MIN), axis=1), axis=0)
+        elif N_GROUP > 1:
             hi, kept_min, dropped_max = _group_mask(
                 hi, key, dead, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
                 GROUP_ZERO, GROUP_BY_COUNT)
+            allowed = ok2 & (hi > INT32_MIN)
 
         # Step 5, fast path: 32-bit words, one 32-bit max per round (the exact 64-bit word costs ~2x the
         # instructions per round: SASS count). The low log2(BLOCK_W) bits hold the inverted lane (ties to
@@ -1165,14 +1212,15 @@ def _route_kernel(
             # One row a program: each round's best is a scalar, the words of the K (+ 1) rounds land in a
             # flat vector (one a thread), and the checks run on that vector once, after the rounds.
             span = ((2147483648 // BLOCK_W) << DIST_SHIFT) - 1
-            hi_max = tl.max(tl.max(hi, axis=1), axis=0)
+            if not KEEP_IN_WORDS:
+                hi_max = tl.max(tl.max(hi, axis=1), axis=0)
             base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)
             dist = tl.maximum(hi, base) - base
             if DIST_SHIFT > 0:
                 dist = dist >> DIST_SHIFT
             # Allowed lanes hold (distance, inverted lane) words in [0, 2**31); excluded and padding lanes
             # INT32_MIN (a row that needs them, with fewer than K allowed lanes, takes the exact path).
-            fast = tl.where((hi > INT32_MIN) & ok2, (dist << LANE_BITS) | inv[None, :], INT32_MIN)  # [1, BW]
+            fast = tl.where(allowed, (dist << LANE_BITS) | inv[None, :], INT32_MIN)  # [1, BW]
             f_col = tl.arange(0, BLOCK_KC)
             best = tl.max(tl.max(fast, axis=1), axis=0)
             wk = tl.where(f_col == 0, best, INT32_MIN)  # round i's word at i
@@ -1180,12 +1228,14 @@ def _route_kernel(
             ROUNDS: tl.constexpr = K + 2 if APPROX_REPAIR else (K + 1 if (DIST_SHIFT > 0 or APPROX_KEYS or LOGIT_KEYS)
                                                                  else K)
             for i in tl.static_range(1, ROUNDS):
-                # The next word down without marking the winners: best - 1 - word, as unsigned, is below
-                # 2**31 for the allowed words under best and wraps past it for best itself and the words
-                # above it (and for INT32_MIN lanes once best >= 1). One add and one min a lane, where
-                # marking took a compare, a select and a max.
-                gap = tl.min(tl.min((best - 1 - fast).to(tl.uint32, bitcast=True), axis=1), axis=0)
-                best = best - 1 - gap.to(tl.int32, bitcast=True)
+                # The next word down without marking the winners: word - best, as unsigned, is above 2**31
+                # for the allowed words under best (larger for larger words), and at most 2**31 for best
+                # itself, the words above it and INT32_MIN lanes. One add and one max a lane, where marking
+                # took a compare, a select and a max. (The complement of best - 1 - word's unsigned min, which
+                # took a further add a round: SASS.) Out of allowed words, the next is INT32_MIN where the row
+                # has such lanes, else the top word again: both fail the checks below.
+                step = tl.max(tl.max((fast - best).to(tl.uint32, bitcast=True), axis=1), axis=0)
+                best = best + step.to(tl.int32, bitcast=True)
                 wk = tl.where(f_col == i, best, wk)
                 wn = tl.where(f_col == i - 1, best, wn)
             cur = f_col < K
@@ -1258,11 +1308,13 @@ def _route_kernel(
                 e_x = tl.where(cur, _key_of32(base + d), float("-inf"))
             if ambiguous:
                 hi_x = hi
+                if KEEP_IN_WORDS:  # the exact keys of the fast path (no fast or FMA keys): drop the groups here
+                    hi_x = tl.where(allowed, hi, INT32_MIN)
                 if LOGIT_KEYS:  # the exact scores
                     row_sum = tl.sum(_exp(x - row_max[:, None], ACCURATE), axis=1)
                     key_x, _s, hi_x = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
                                                 False, HAS_BIAS, False, ACCURATE)
-                if FMA_KEYS:
+                if FMA_KEYS or APPROX_KEYS:
                     # Read the row again (L1 / L2 hits): the fast path then keeps no logits live (registers).
                     x, dead, b = _reload_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
                                               bias_ptr, bias_stride, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, ACCURATE)
