@@ -1546,69 +1546,6 @@ def test_lean_parameters_route_like_every_argument(name, config, layout, record,
         assert torch.equal(got[True][2], got[False][2]) and (got[True][2][1, : T - 4] >= 0).all()
 
 
-_PERSISTENT_CASES = [
-    # grouped sigmoid + bias with rsf, shared slots, replicas and a recorder; sqrt-softplus; wide rows (exact keys)
-    ("grouped-layout", RouterConfig(64, 6, n_group=8, topk_group=4, scoring="sigmoid", has_correction_bias=True,
-                                    routed_scaling_factor=2.5, num_shared_experts=1),
-     ExpertLayout(ep_size=2, shared_slots="per_rank", replica_policy="home_rank",
-                  placement=ExpertPlacement(tuple(range(64)) * 2, 64))),
-    ("sqrtsoftplus", RouterConfig(64, 6, scoring="sqrtsoftplus", has_correction_bias=True,
-                                  routed_scaling_factor=1.5), ExpertLayout()),
-    ("softmax-wide", RouterConfig(300, 8, scoring="softmax", renormalize=True), ExpertLayout()),
-]
-
-
-@pytest.mark.parametrize("name,config,layout", _PERSISTENT_CASES, ids=[c[0] for c in _PERSISTENT_CASES])
-def test_persistent_grid_routes_like_a_program_a_row(name, config, layout, monkeypatch):
-    """PERSISTENT: programs that loop over every num_programs-th row route each row as one program a row does,
-    bit for bit, rows past the grid's first round and padded rows included, and like the reference."""
-    import moegate.kernels.router as kr
-
-    T = 203 if not FULL else 9000  # past the grid: the interpreter's 2 "SMs" run 64 programs, an H200 4224
-    logits = tie_free_logits(T, config.num_scored, seed=9)
-    kw = dict(home_rank=layout.ep_size - 1, num_valid_tokens=T - 5, **extras(config, T, seed=9))
-    got = {}
-    for persistent in (True, False):
-        monkeypatch.setattr(kr, "persistent_override", persistent)
-        got[persistent], _ = run_both(logits, config, layout, near_ties=True, **kw)
-    assert_identical(got[True], got[False])
-    assert (got[True].ids[T - 5:] == -1).all()
-
-
-def test_persistent_grid_where_the_launcher_takes_it(monkeypatch):
-    """The launcher takes the persistent grid for one-row programs on warps from PERSISTENT_MIN_TOKENS, sized to
-    PERSISTENT_WARPS_PER_SM warps an SM (never more programs than rows), and never for one row a thread, split
-    rows, or PDL's trigger after the selection."""
-    import moegate.kernels.router as kr
-
-    monkeypatch.setattr(kr, "PERSISTENT_MIN_TOKENS", 1000)
-    cpu = torch.device("cpu")
-
-    def spec(**kw):
-        base = dict(K=8, C=0, N_GROUP=1, GROUP_SIZE=256, TOPK_GROUP=1, GROUP_MAX=0, GROUP_ZERO=0, SCORING=1,
-                    SELECT_LOGITS=0, HAS_SOFTCAP=0, RENORMALIZE=0, RENORM_P_ONE=1, EPS_CLAMP=0, APPLY_RSF=0, HASH=0,
-                    REPLICA_POLICY=0, SHARED_MODE=0, NUM_SHARED=0, SLOTS_PER_RANK=0, NUM_PHYSICAL=0,
-                    MAX_REPLICAS=1, THREAD_ROWS=0, SPLIT_ROWS=0, LOGIT_KEYS_OK=0, num_valid=-1, home_rank=0,
-                    layer=0, block_m=1, num_warps=1)
-        base.update(kw)
-        return kr._Spec(**base)
-
-    sms = kr.PERSISTENT_INTERPRETER_SMS
-    assert kr._persistent_programs(cpu, 999, spec()) == 0
-    assert kr._persistent_programs(cpu, 1000, spec()) == sms * 32
-    assert kr._persistent_programs(cpu, 1000, spec(num_warps=4)) == sms * 8
-    assert kr._persistent_programs(cpu, 600, spec(num_warps=4)) == 0
-    monkeypatch.setattr(kr, "persistent_override", True)
-    assert kr._persistent_programs(cpu, 600, spec(num_warps=4)) == sms * 8
-    monkeypatch.setattr(kr, "PERSISTENT_INTERPRETER_SMS", 100)
-    assert kr._persistent_programs(cpu, 600, spec()) == 600  # at most a program a row
-    assert kr._persistent_programs(cpu, 5000, spec(THREAD_ROWS=1, block_m=32)) == 0
-    assert kr._persistent_programs(cpu, 5000, spec(SPLIT_ROWS=8, block_m=4)) == 0
-    assert kr._persistent_programs(cpu, 64, spec()) == 0  # PDL's trigger after the selection (T <= 512)
-    monkeypatch.setattr(kr, "persistent_override", False)
-    assert kr._persistent_programs(cpu, 5000, spec()) == 0
-
-
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int16])
 def test_recorder_matches_reference(dtype):
     config = RouterConfig(32, 4, n_group=4, topk_group=2, scoring="sigmoid")

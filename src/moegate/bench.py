@@ -393,9 +393,6 @@ AB_VARIANTS = {
     "winners-in-regs": {"winners_in_regs_override": True},  # one row a thread: winners' logits from registers
     "winners-reloaded": {"winners_in_regs_override": False},  # ... read again after the selection
     "fat-params": {"lean_params_override": False},  # every kernel argument passed, used or not (34 parameters)
-    "persistent": {"persistent_override": True},  # one-row programs on warps: a persistent grid looping over rows
-    "persistent-16": {"persistent_override": True, "PERSISTENT_WARPS_PER_SM": 16},  # ... half as many programs
-    "no-persistent": {"persistent_override": False},  # ... a program a row
 }
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM.
 for _n in (40, 48, 52, 56, 60, 64):

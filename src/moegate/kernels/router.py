@@ -196,16 +196,6 @@ winners_in_regs_override: bool | None = None
 # with every argument at T = 1-32768. lean_params_override forces it (False: every argument, as before).
 LEAN_PARAMS = True
 lean_params_override: bool | None = None
-# One-row programs on warps (256 lanes and more) in a persistent grid (the kernel's PERSISTENT): as many programs as
-# the GPU holds at once (PERSISTENT_WARPS_PER_SM warps an SM), each looping over every num_programs-th row, where a
-# grid of one program a row leaves the GPU starting 65536 one-warp programs. Forced on or off (persistent_override:
-# the tests, the benchmark's A/B) or the default, from PERSISTENT_MIN_TOKENS. The interpreter has no SMs: its
-# launches take PERSISTENT_INTERPRETER_SMS.
-PERSISTENT_MIN_TOKENS = 8192  # BENCHMARKS.md run 69
-PERSISTENT_WARPS_PER_SM = 32
-PERSISTENT_MAX_REGISTERS = 64  # one-warp programs: the loop's registers (DeepSeek-V4 72 uncapped) held to 32 an SM
-PERSISTENT_INTERPRETER_SMS = 2
-persistent_override: bool | None = None
 # Distance words drop low ulp bits from 1024 lanes up (896 experts: 25% of rows on the exact path without,
 # 0.1% with; run 4: 532 -> 443 us at T=65536), and at 512 lanes for K >= 16, where the K-th winner sits
 # far below the best (512 top-22, run 4: the exact-path spikes of run 3 gone, 10.45 -> 4.38 us at T=64,
@@ -386,25 +376,6 @@ def _use_pdl(device: torch.device, num_tokens: int, thread_rows: bool, split: in
     return _pdl_capable(device.index if device.index is not None else torch.cuda.current_device())
 
 
-@functools.cache
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def _persistent_programs(device: torch.device, num_tokens: int, spec: _Spec) -> int:
-    """The persistent grid's size (the kernel's PERSISTENT), 0 for a grid of one program a row block: one-row
-    programs on warps (not with PDL's trigger after the selection, which would fire once a row), from
-    PERSISTENT_MIN_TOKENS, as many programs as PERSISTENT_WARPS_PER_SM warps an SM."""
-    eligible = (spec.block_m == 1 and not spec.THREAD_ROWS and not spec.SPLIT_ROWS
-                and _pdl_trigger(num_tokens, spec.block_m) != 1)
-    wanted = num_tokens >= PERSISTENT_MIN_TOKENS if persistent_override is None else persistent_override
-    if not (eligible and wanted):
-        return 0
-    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device()) \
-        if device.type == "cuda" else PERSISTENT_INTERPRETER_SMS
-    return max(1, min(num_tokens, sms * max(1, PERSISTENT_WARPS_PER_SM // spec.num_warps)))
-
-
 def _pdl_trigger(num_tokens: int, block_m: int) -> int:
     """The kernel's PDL_TRIGGER: after the selection for small launches of one row a program, else at the start."""
     if pdl_trigger_override is not None:
@@ -489,11 +460,6 @@ def _launch(
     extra = {"launch_pdl": True} if use_pdl else {}
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
                             spec.SPLIT_ROWS)
-    persistent = _persistent_programs(logits.device, T, spec)
-    if persistent:
-        grid = (persistent,)
-        if spec.num_warps == 1 and not maxnreg and maxnreg_override is None:
-            maxnreg = PERSISTENT_MAX_REGISTERS  # 32 one-warp programs an SM
     if maxnreg:
         extra["maxnreg"] = maxnreg
     has_padding = num_valid is None and 0 <= spec.num_valid < T
@@ -552,8 +518,7 @@ def _launch(
                                                               else split_pair_exact_override)),
         FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None, FMA_KEYS=fma_keys,
         BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs,
-        USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), PERSISTENT=bool(persistent),
-        ACCURATE=not _interpreting(),
+        USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )
 

@@ -1068,7 +1068,6 @@ def _route_kernel(
     WINNERS_IN_REGS: tl.constexpr,  # one row a thread, logit keys: the winners' logits from registers, not a reload
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
-    PERSISTENT: tl.constexpr,  # one-row programs, as many as run at once, each looping over the row blocks
     ACCURATE: tl.constexpr,
 ):
     # FMA keys' flagged rows are redone on the selection's exact path: the tile's weights (from the same scores) and
@@ -1081,119 +1080,11 @@ def _route_kernel(
         gdc_wait()
         if PDL_TRIGGER == 0:
             gdc_launch_dependents()
-    tl.static_assert(not (PERSISTENT and ((USE_PDL and PDL_TRIGGER == 1) or BLOCK_M != 1 or THREAD_ROWS
-                              or SPLIT_ROWS > 0)))
-    if PERSISTENT:
-        # A grid of the programs the GPU runs at once, each taking every num_programs-th block of rows: a launch
-        # of one-warp programs, one row each, waits on the GPU starting its programs (BENCHMARKS.md run 68).
-        for pid in range(tl.program_id(0), tl.cdiv(num_tokens, BLOCK_M), tl.num_programs(0)):
-            _route_block(
-                pid,
-                logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf, num_valid,
-                shared_weight, home_rank, logit_scale, softcap, renorm_p, inv_renorm_p, logits_col_stride, bias_stride,
-                expert_scale_ptr, expert_scale_stride, num_valid_ptr, token_ids_ptr, token_ids_stride, hash_table_ptr,
-                hash_row_stride, hash_col_stride, hash_vocab, l2p_ptr, replica_count_ptr, packed_ptr, rec_ids_ptr,
-                rec_row_stride, rec_count_ptr, stats_ptr, K, C, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, GROUP_ZERO,
-                GROUP_BY_COUNT, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, RENORMALIZE, RENORM_P_ONE,
-                EPS_CLAMP, HAS_EXPERT_SCALE, APPLY_RSF, HASH, HAS_PLACEMENT, MAX_REPLICAS, REPLICA_POLICY, SHARED_MODE,
-                NUM_SHARED, SLOTS_PER_RANK, NUM_PHYSICAL, VALID_FROM_PTR, HAS_PADDING, HAS_RECORDER, HAS_PACKED,
-                BLOCK_M, BLOCK_W, LANE_BITS, TRUNCATE_WORDS, BLOCK_G, BLOCK_GS, BLOCK_KC, DIST_SHIFT, TILE_WEIGHTS,
-                APPROX_KEYS, APPROX_REPAIR, LOGIT_KEYS, THREAD_ROWS, SPLIT_ROWS, PAIR_EXACT, FORCE_EXACT,
-                COUNT_FALLBACKS, FMA_KEYS, BIAS_EARLY, WINNERS_IN_REGS, USE_PDL, PDL_TRIGGER, ACCURATE)
-    else:
-        _route_block(
-            tl.program_id(0),
-            logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf, num_valid,
-            shared_weight, home_rank, logit_scale, softcap, renorm_p, inv_renorm_p, logits_col_stride, bias_stride,
-            expert_scale_ptr, expert_scale_stride, num_valid_ptr, token_ids_ptr, token_ids_stride, hash_table_ptr,
-            hash_row_stride, hash_col_stride, hash_vocab, l2p_ptr, replica_count_ptr, packed_ptr, rec_ids_ptr,
-            rec_row_stride, rec_count_ptr, stats_ptr, K, C, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, GROUP_ZERO,
-            GROUP_BY_COUNT, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, RENORMALIZE, RENORM_P_ONE,
-            EPS_CLAMP, HAS_EXPERT_SCALE, APPLY_RSF, HASH, HAS_PLACEMENT, MAX_REPLICAS, REPLICA_POLICY, SHARED_MODE,
-            NUM_SHARED, SLOTS_PER_RANK, NUM_PHYSICAL, VALID_FROM_PTR, HAS_PADDING, HAS_RECORDER, HAS_PACKED, BLOCK_M,
-            BLOCK_W, LANE_BITS, TRUNCATE_WORDS, BLOCK_G, BLOCK_GS, BLOCK_KC, DIST_SHIFT, TILE_WEIGHTS, APPROX_KEYS,
-            APPROX_REPAIR, LOGIT_KEYS, THREAD_ROWS, SPLIT_ROWS, PAIR_EXACT, FORCE_EXACT, COUNT_FALLBACKS, FMA_KEYS,
-            BIAS_EARLY, WINNERS_IN_REGS, USE_PDL, PDL_TRIGGER, ACCURATE)
-
-
-@triton.jit
-def _route_block(
-    pid,  # the block of rows: pid * BLOCK_M, ...
-
-    # What every launch reads first, in one 64-byte line of the parameter bank (0x210-0x23f on sm_90): each
-    # further line is a constant-cache miss on the row's path (Nsight Compute, H200: the lines of num_tokens,
-    # num_valid and rsf cost ~4% of a T=64 launch when they lay apart).
-    logits_ptr, weights_ptr, ids_ptr, bias_ptr,
-    logits_row_stride, num_tokens, renorm_eps, rsf,
-    num_valid, shared_weight, home_rank, logit_scale, softcap, renorm_p, inv_renorm_p,
-    logits_col_stride, bias_stride,
-    expert_scale_ptr, expert_scale_stride,
-    num_valid_ptr,
-    token_ids_ptr, token_ids_stride,
-    hash_table_ptr, hash_row_stride, hash_col_stride, hash_vocab,
-    l2p_ptr, replica_count_ptr,
-    packed_ptr,
-    rec_ids_ptr, rec_row_stride, rec_count_ptr,
-    stats_ptr,  # COUNT_FALLBACKS: int32 [3], programs that redid their rows, repaired a row, ran
-    K: tl.constexpr,  # routed columns
-    C: tl.constexpr,  # shared columns (0 or S)
-    N_GROUP: tl.constexpr,
-    GROUP_SIZE: tl.constexpr,  # W // N_GROUP (W itself when N_GROUP == 1)
-    TOPK_GROUP: tl.constexpr,
-    GROUP_MAX: tl.constexpr,  # group score: max (else top2_sum)
-    GROUP_ZERO: tl.constexpr,  # dropped groups' keys -> 0.0 (else excluded)
-    GROUP_BY_COUNT: tl.constexpr,  # kept groups by counting the groups above (small G) or by max rounds
-    SCORING: tl.constexpr,
-    SELECT_LOGITS: tl.constexpr,
-    HAS_SCALE: tl.constexpr,  # logit_scale != 1.0
-    HAS_SOFTCAP: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    RENORMALIZE: tl.constexpr,
-    RENORM_P_ONE: tl.constexpr,
-    EPS_CLAMP: tl.constexpr,
-    HAS_EXPERT_SCALE: tl.constexpr,
-    APPLY_RSF: tl.constexpr,
-    HASH: tl.constexpr,
-    HAS_PLACEMENT: tl.constexpr,
-    MAX_REPLICAS: tl.constexpr,
-    REPLICA_POLICY: tl.constexpr,
-    SHARED_MODE: tl.constexpr,
-    NUM_SHARED: tl.constexpr,
-    SLOTS_PER_RANK: tl.constexpr,  # L
-    NUM_PHYSICAL: tl.constexpr,  # P
-    VALID_FROM_PTR: tl.constexpr,
-    HAS_PADDING: tl.constexpr,  # num_valid < num_tokens (an int); without it and VALID_FROM_PTR every row is live
-    HAS_RECORDER: tl.constexpr,
-    HAS_PACKED: tl.constexpr,
-    BLOCK_M: tl.constexpr,  # rows per program
-    BLOCK_W: tl.constexpr,  # BLOCK_G * BLOCK_GS lanes per row
-    LANE_BITS: tl.constexpr,  # log2(BLOCK_W)
-    TRUNCATE_WORDS: tl.constexpr,  # fast-path words: truncated keys (softmax) or distances below the best
-    BLOCK_G: tl.constexpr,  # >= N_GROUP, power of 2
-    BLOCK_GS: tl.constexpr,  # >= GROUP_SIZE, power of 2
-    BLOCK_KC: tl.constexpr,  # >= K + C, power of 2
-    DIST_SHIFT: tl.constexpr,  # distance words drop this many low ulp bits (wide tiles); K + 1 rounds then
-    TILE_WEIGHTS: tl.constexpr,  # weights from the tile's scores, stored by the winning lanes
-    APPROX_KEYS: tl.constexpr,  # sigmoid / sqrt-softplus keys from fast math, margins checked (one row a program)
-    APPROX_REPAIR: tl.constexpr,  # with APPROX_KEYS and no groups: close winners reordered on exact keys
-    LOGIT_KEYS: tl.constexpr,  # renormalized softmax selected on the logits, margins checked (one row a program)
-    THREAD_ROWS: tl.constexpr,  # narrow rows without groups, one a thread (_thread_rows)
-    SPLIT_ROWS: tl.constexpr,  # 0, or rows without groups on this many threads each (_split_rows)
-    PAIR_EXACT: tl.constexpr,  # split rows with LOGIT_KEYS: close rows settled on exact scores first (off: A/B)
-    FORCE_EXACT: tl.constexpr,  # every row takes the exact path (tests)
-    COUNT_FALLBACKS: tl.constexpr,  # count the programs that leave the fast path into stats_ptr (diagnostics)
-    FMA_KEYS: tl.constexpr,  # sigmoid / sqrt-softplus keys in their FMA forms (flagged rows redo them exactly)
-    BIAS_EARLY: tl.constexpr,  # rows on warps with a bias: its load pinned before the scoring (small launches)
-    WINNERS_IN_REGS: tl.constexpr,  # one row a thread, logit keys: the winners' logits from registers, not a reload
-    USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
-    PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
-    ACCURATE: tl.constexpr,
-):
-    """_route_kernel's work on one block of BLOCK_M rows."""
     if COUNT_FALLBACKS:
         tl.atomic_add(stats_ptr + 2, 1)
     # LOGIT_KEYS with unshifted distance words: the winners' logits come out of their words.
     WORD_LOGITS: tl.constexpr = LOGIT_KEYS and (DIST_SHIFT == 0) and (BLOCK_M == 1)
+    pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
     row_ok = rows < num_tokens
     rows64 = rows.to(tl.int64)  # row offsets in int64: T * W passes 2**31 at T=8M, W=256
