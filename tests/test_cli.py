@@ -582,3 +582,22 @@ def test_ab_variants_set_real_launcher_overrides():
     for label, overrides in AB_VARIANTS.items():
         for name in overrides:
             assert hasattr(kr, name), f"--ab-variants {label}: moegate.kernels.router has no {name}"
+
+
+def test_bench_set_takes_launcher_settings_and_refuses_anything_else(capsys):
+    """`moegate bench --set NAME=VALUE`: a module-level constant or override of moegate.kernels.router, a Python
+    literal; an unknown name, a function, a private name or a value that is no literal is a usage error before
+    anything runs (on this machine too, without a GPU)."""
+    import argparse
+
+    from moegate import bench
+
+    parser = argparse.ArgumentParser()
+    got = bench._parse_settings(parser, ["PDL_MAX_TOKENS=2048", "approx_keys_override = False",
+                                         "launch_override=(2, 1)"])
+    assert got == {"PDL_MAX_TOKENS": 2048, "approx_keys_override": False, "launch_override": (2, 1)}
+    for bad in ("NOPE=1", "PDL_MAX_TOKENS", "PDL_MAX_TOKENS=2O48", "_use_pdl=1", "route_triton=None", "=3"):
+        with pytest.raises(SystemExit) as e:
+            bench.main(["--set", bad])
+        assert e.value.code == 2
+        assert "--set" in capsys.readouterr().err

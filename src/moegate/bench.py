@@ -483,6 +483,28 @@ def sweep(shapes, tokens, rep):
                   + " ".join(f"{c[0]}x{c[1]}:{t:.1f}" for c, t in times.items()), flush=True)
 
 
+def _parse_settings(parser, items):
+    """--set NAME=VALUE entries -> {name: value}: names of moegate.kernels.router's module-level constants and
+    overrides, values Python literals. Anything else is a usage error, before any launch."""
+    import ast
+
+    import moegate.kernels.router as kr
+
+    settings = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier() or name.startswith("_") or not hasattr(kr, name) \
+                or callable(getattr(kr, name)):
+            parser.error(f"--set {item!r}: NAME=VALUE with NAME a setting of moegate.kernels.router "
+                         "(an upper-case constant or a *_override)")
+        try:
+            settings[name] = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            parser.error(f"--set {item!r}: {text!r} is not a Python literal")
+    return settings
+
+
 def main(argv=None) -> int:
     global VERIFY_ROWS, COUNT_FALLBACKS, TIMER
     p = argparse.ArgumentParser(prog="moegate bench", description=__doc__.split("\n")[0])
@@ -513,7 +535,11 @@ def main(argv=None) -> int:
     p.add_argument("--timer", choices=("graph", "do_bench"), default=TIMER,
                    help="graph: do_bench_cudagraph's method with its launch count estimated on a graph (default); "
                         "do_bench: triton.testing.do_bench_cudagraph itself, estimated on eager calls")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="set a launcher constant or override of moegate.kernels.router for the whole run (a Python "
+                        "literal), e.g. PDL_MAX_TOKENS=2048 or approx_keys_override=False; repeatable")
     args = p.parse_args(argv)
+    settings = _parse_settings(p, args.set)
     VERIFY_ROWS = args.verify_rows
     TIMER = args.timer
     COUNT_FALLBACKS = args.fallbacks
@@ -530,9 +556,13 @@ def main(argv=None) -> int:
     if args.repeats < 1:
         p.error(f"--repeats must be >= 1, not {args.repeats}")
     ref_tokens = {int(t) for t in args.ref_tokens.split(",") if t}
+    import moegate.kernels.router as kr
+
+    for name, value in settings.items():
+        setattr(kr, name, value)
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} | {torch.cuda.get_device_name()} | "
           f"torch {torch.__version__} | triton {triton.__version__} | timer {TIMER}: CUDA-graph median, "
-          f"rep={args.rep} ms")
+          f"rep={args.rep} ms" + "".join(f" | {k}={v!r}" for k, v in settings.items()))
     if args.sweep:
         sweep(shapes, tokens, args.rep)
         return 0
