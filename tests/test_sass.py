@@ -86,3 +86,29 @@ def test_bias_early_issues_the_bias_load_with_the_logits(tmp_path):
     early by itself, and the pin keeps it there whatever ptxas does."""
     early, total = _loads_before_scoring(tmp_path, "deepseek-v4", 1)
     assert early == 4 and total >= 4, (early, total)
+
+
+# A row's fast-path instructions on the ALU pipe (sm_90, T = 65536), which bounds the 256-lane and wider launches
+# (BENCHMARKS.md runs 9 and 67): 306 / 270 / 229 since run 67, 354 / 338 / 267 before it. A bound a few above today's
+# count: what reintroduces a select a lane (the logits' mask, the dead mask kept for the exact path, the dropped
+# groups' mask before the words) or an add a round fails it.
+_ALU_BOUNDS = {"deepseek-v3-fp32": 312, "kimi-k2": 276, "deepseek-v4": 235}
+
+
+def test_rows_on_warps_fast_path_alu_instructions():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env["SASS_LINES"] = "0"
+    out = subprocess.run([sys.executable, SCRIPT, *_ALU_BOUNDS, "--tokens", "65536", "--lines"], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    alu, shape = {}, None
+    for line in out.stdout.splitlines():
+        m = re.match(r"(\S+)\s+T=65536 ", line)
+        if m:
+            shape = m.group(1)
+        m = re.match(r"\s+fast path (\d+) instructions, (\d+) on the ALU pipe", line)
+        if m and shape:
+            alu[shape] = int(m.group(2))
+    assert set(alu) == set(_ALU_BOUNDS), out.stdout[-2000:]
+    assert all(alu[s] <= bound for s, bound in _ALU_BOUNDS.items()), alu
