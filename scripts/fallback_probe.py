@@ -10,14 +10,13 @@ override of ``moegate.kernels.router`` first (e.g. ``split_pair_exact_override=T
 """
 
 import argparse
-import ast
 
 import torch
 import triton.testing
 
 import moegate.kernels.router as kr
 from moegate import route
-from moegate.bench import SHAPES
+from moegate.bench import SHAPES, _parse_settings
 
 
 def _time(fn, rep):
@@ -58,13 +57,10 @@ def main(argv=None):
                    help="SHAPE:T pairs (shapes of moegate.bench.SHAPES)")
     p.add_argument("--rep", type=int, default=20, help="milliseconds of graph replay per timing")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="a launcher override of moegate.kernels.router, as a Python literal")
+                   help="a launcher constant or override of moegate.kernels.router, a Python literal (as bench --set)")
     args = p.parse_args(argv)
-    for item in args.set:
-        key, _, value = item.partition("=")
-        if not hasattr(kr, key):
-            p.error(f"moegate.kernels.router has no {key!r}")
-        setattr(kr, key, ast.literal_eval(value))
+    for key, value in _parse_settings(p, args.set).items():
+        setattr(kr, key, value)
     for case in args.cases:
         name, _, t = case.partition(":")
         if name not in SHAPES or not t.isdigit():

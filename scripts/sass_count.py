@@ -192,7 +192,7 @@ def print_lines(compiled) -> None:
 
 
 def main(argv=None) -> int:
-    from moegate.bench import SHAPES
+    from moegate.bench import SHAPES, _parse_settings
     from moegate.layout import ExpertLayout
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -200,14 +200,14 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", type=int, default=65536)
     p.add_argument("--opcodes", action="store_true", help="print the count of each opcode")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="set a launcher override of moegate.kernels.router first, e.g. approx_keys_override=False")
+                   help="set a launcher constant or override of moegate.kernels.router first (as moegate bench --set), "
+                        "e.g. approx_keys_override=False")
     p.add_argument("--dump", help="write the SASS of the last shape to this file (and its TTGIR to FILE.ttgir)")
     p.add_argument("--lines", action="store_true",
                    help="attribute the fast path's instructions to source lines (the cubin's line table)")
     a = p.parse_args(argv)
-    for item in a.set:
-        name, value = item.split("=", 1)
-        setattr(kr, name, eval(value))  # a developer tool: values are Python literals
+    for name, value in _parse_settings(p, a.set).items():
+        setattr(kr, name, value)
     for name in a.shapes:
         config, dtype = SHAPES[name]
         # Rows of the counted T (values do not matter, nothing runs): the launcher's T-dependent choices (split

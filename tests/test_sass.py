@@ -29,14 +29,20 @@ def _ptxas_available() -> bool:
 pytestmark = pytest.mark.skipif(not _ptxas_available(), reason="Triton's bundled ptxas is not available")
 
 
-def _compile(shapes, tokens):
+def _sass_count(*args, **env_extra):
+    """scripts/sass_count.py's stdout for these arguments, run outside the interpreter on this checkout's src/."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, SCRIPT, *shapes, "--tokens", str(tokens)], env=env, capture_output=True,
-                         text=True, timeout=600)
+    env.update(env_extra)
+    out = subprocess.run([sys.executable, SCRIPT, *args], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def _compile(shapes, tokens):
+    stdout = _sass_count(*shapes, "--tokens", str(tokens))
     rows = {}
-    for line in out.stdout.splitlines():
+    for line in stdout.splitlines():
         m = re.match(r"(\S+)\s+T=\d+ .* kparams=(\d+)/(\d+)B params=(\S*)$", line)
         if m:
             rows[m.group(1)] = m.group(4)
@@ -67,13 +73,8 @@ def test_launches_carry_only_the_arguments_they_use():
 def _loads_before_scoring(tmp_path, shape, tokens, *sets):
     """The 128-bit global loads (a row's logits and its bias, two each on a 256-lane fp32 row) issued before the
     first MUFU op (the scoring's first exp) in the launch's SASS."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
     dump = tmp_path / "kernel.sass"
-    args = [a for s in sets for a in ("--set", s)]
-    out = subprocess.run([sys.executable, SCRIPT, shape, "--tokens", str(tokens), "--dump", str(dump), *args],
-                         env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
+    _sass_count(shape, "--tokens", str(tokens), "--dump", str(dump), *[a for s in sets for a in ("--set", s)])
     sass = dump.read_text()
     first_mufu = sass.index("MUFU.")
     return sass[:first_mufu].count("LDG.E.128"), sass.count("LDG.E.128")
@@ -96,19 +97,14 @@ _ALU_BOUNDS = {"deepseek-v3-fp32": 312, "kimi-k2": 276, "deepseek-v4": 235}
 
 
 def test_rows_on_warps_fast_path_alu_instructions():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
-    env["SASS_LINES"] = "0"
-    out = subprocess.run([sys.executable, SCRIPT, *_ALU_BOUNDS, "--tokens", "65536", "--lines"], env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
+    stdout = _sass_count(*_ALU_BOUNDS, "--tokens", "65536", "--lines", SASS_LINES="0")
     alu, shape = {}, None
-    for line in out.stdout.splitlines():
+    for line in stdout.splitlines():
         m = re.match(r"(\S+)\s+T=65536 ", line)
         if m:
             shape = m.group(1)
         m = re.match(r"\s+fast path (\d+) instructions, (\d+) on the ALU pipe", line)
         if m and shape:
             alu[shape] = int(m.group(2))
-    assert set(alu) == set(_ALU_BOUNDS), out.stdout[-2000:]
+    assert set(alu) == set(_ALU_BOUNDS), stdout[-2000:]
     assert all(alu[s] <= bound for s, bound in _ALU_BOUNDS.items()), alu
