@@ -293,6 +293,47 @@ def test_exclude_never_selects_a_dropped_group_even_below_neg_inf():
     assert (got.ids < 16).all()
 
 
+@pytest.mark.parametrize("keys", ["fma", "fast"])
+def test_dead_lanes_and_negative_raw_keys_send_rows_to_the_exact_path(keys, monkeypatch):
+    """One row a program on FMA or fast keys marks no dead lane and takes the keys' raw bits (router_kernel's
+    DEAD_BY_ROW and RAW_BITS): a row with a NaN, -inf or +inf logit, a row of negative keys only, and a row with a
+    group whose top2_sum (or max) takes a negative key must go to the exact path (the fallback counter counts
+    exactly those rows) and route like the reference; the rows of positive keys stay on the fast path."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    monkeypatch.setattr(kr, "approx_keys_override", keys == "fast")
+    monkeypatch.setattr(kr, "fma_keys_override", keys == "fma")
+    T = 8
+    for config, grouped in (
+        (RouterConfig(64, 4, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4), True),
+        (RouterConfig(64, 4, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=3,
+                      group_score="max"), True),
+        (RouterConfig(48, 4, scoring="sigmoid", has_correction_bias=True), False),  # 16 padding lanes
+        (RouterConfig(64, 6, scoring="sqrtsoftplus", has_correction_bias=True), False),
+    ):
+        E = config.num_scored
+        sigmoid = config.scoring == "sigmoid"
+        # Keys s + b of both signs: logits >= 1 score above 0.73 (sigmoid) / 1.14 (sqrt-softplus), logits <= -3
+        # below 0.05 / 0.22; the bias of -0.5 / -0.8 puts the first above 0.2 and the second below -0.4.
+        bias = torch.full((E,), -0.5 if sigmoid else -0.8, device=DEVICE)
+        logits = 1.0 + tie_free_logits(T, E, seed=E).abs().cpu() / 4
+        logits[1, 3] = float("nan")
+        logits[2, 10] = float("-inf")
+        if sigmoid:
+            logits[3, 20] = float("inf")  # scores 1.0 (sqrt-softplus's inf would make the weights NaN)
+        logits[4] = -3.0 - logits[4]  # every key negative: the best is below the base's 2**23 ulps
+        if grouped:
+            logits[5, 8:16] = -3.0 - logits[5, 8:16]  # group 1: every key negative ...
+            if config.group_score == "top2_sum":
+                logits[5, 9] = 2.0  # ... but one, so its second key is negative
+        redone = {1, 2, 4} | ({3} if sigmoid else set()) | ({5} if grouped else set())
+        logits = logits.to(DEVICE)
+        run_both(logits, config, bias=bias)
+        _, (redo, repaired, n) = _counted(logits, config, bias=bias)
+        assert (redo, repaired, n) == (len(redone), 0, T), (config, redo)
+
+
 @pytest.mark.parametrize("split", [False, True], ids=["heuristic", "split-rows"])
 def test_wide_key_ranges_take_the_exact_path(split, monkeypatch):
     """Rows the 32-bit fast path cannot order (keys of both signs or spread past the distance word, keys

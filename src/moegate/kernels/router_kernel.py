@@ -171,13 +171,13 @@ def _score(x, row_max, row_sum, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
 def _order_bits(key):
     """fp32 -> int32 with the same order (no NaN reaches here; -0.0 was made +0.0)."""
     bits = key.to(tl.int32, bitcast=True)
-    return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
 
 
 @triton.jit
 def _key_of32(hi):
     """The fp32 key of order-preserving bits (inverse of _order_bits)."""
-    return tl.where(hi >= 0, hi, hi ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+    return (hi ^ ((hi >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
 
 
 # Approximate sigmoid keys (APPROX_KEYS) differ from the exact ones by at most KEY_ERR_ABS + |key| *
@@ -359,9 +359,11 @@ def _fma_band(x, SCORING: tl.constexpr, AXIS: tl.constexpr):
 
 @triton.jit
 def _key_bits(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr,
-              HAS_BIAS: tl.constexpr, FAST: tl.constexpr, ACCURATE: tl.constexpr, FMA_KEYS: tl.constexpr = False):
+              HAS_BIAS: tl.constexpr, FAST: tl.constexpr, ACCURATE: tl.constexpr, FMA_KEYS: tl.constexpr = False,
+              RAW_BITS: tl.constexpr = False):
     """Step 3: (key, unbiased score, order-preserving key bits with padding lanes at INT32_MIN). FMA_KEYS:
-    sigmoid / sqrt-softplus keys by _recip_ge1 / _sqrt_fma, exact on rows that _fma_band does not flag."""
+    sigmoid / sqrt-softplus keys by _recip_ge1 / _sqrt_fma, exact on rows that _fma_band does not flag.
+    RAW_BITS: the key's own bits, which order the keys >= +0.0 alike (see RAW_BITS in _route_kernel)."""
     if SELECT_LOGITS:
         key = x
     elif FAST and SCORING == 2:
@@ -383,8 +385,19 @@ def _key_bits(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_L
         # the bottom) and +0.0 + -0.0 rounds to +0.0, so only logit keys need the fix: + 0.0 (IEEE: -0.0 +
         # +0.0 = +0.0, every other key unchanged; one FADD where a compare and a select took two).
         key = key + 0.0
-    hi = tl.where(ok2, _order_bits(key), INT32_MIN)
+    if RAW_BITS:
+        hi = tl.where(ok2, key.to(tl.int32, bitcast=True), INT32_MIN)
+    else:
+        hi = tl.where(ok2, _order_bits(key), INT32_MIN)
     return key, s, hi
+
+
+@triton.jit
+def _word_key(bits, RAW_BITS: tl.constexpr):
+    """The fp32 key of a fast word's key bits: raw bits (RAW_BITS, on rows whose base is >= 0) or order bits."""
+    if RAW_BITS:
+        return bits.to(tl.float32, bitcast=True)
+    return _key_of32(bits)
 
 
 @triton.jit
@@ -395,7 +408,8 @@ def _top2_combine(a1, a2, b1, b2):
 
 @triton.jit
 def _group_keep(hi, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.constexpr, N_GROUP: tl.constexpr,
-                TOPK_GROUP: tl.constexpr, GROUP_MAX: tl.constexpr, GROUP_BY_COUNT: tl.constexpr):
+                TOPK_GROUP: tl.constexpr, GROUP_MAX: tl.constexpr, GROUP_BY_COUNT: tl.constexpr,
+                RAW_BITS: tl.constexpr = False):
     """Step 4's choice of groups from the exact 32-bit key bits (padding lanes at INT32_MIN).
 
     The group's top key, and for top2_sum its second key, which is the top key again when that appears
@@ -403,19 +417,30 @@ def _group_keep(hi, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.c
     cost ~650 SASS instructions a DeepSeek-V3 row, 43% of it; fp32 min / max on the keys themselves, which
     spare the bits' conversion back, cost 12 more ALU instructions a row than the integer ones (no 3-input
     FMNMX on sm_90, where VIMNMX3 takes three). Returns kept [BM, BG], per row the lowest kept and the highest
-    dropped group score (the margin that APPROX_KEYS checks), and each group's top key bits [BM, BG].
+    dropped group score (the margin that APPROX_KEYS checks), each group's top key bits [BM, BG], and per row
+    whether a group score may be wrong under RAW_BITS (raw key bits, _key_bits): a group whose top or, for
+    top2_sum, second key is below +0.0, where raw bits do not order the keys.
     """
     hi3 = tl.reshape(hi, [BLOCK_M, BLOCK_G, BLOCK_GS])
     if GROUP_MAX:
         top1 = tl.max(hi3, axis=2)  # [BM, BG]
-        group_score = _key_of32(top1)
+        low = top1
+        group_score = top1.to(tl.float32, bitcast=True) if RAW_BITS else _key_of32(top1)
     else:
         # One reduction over (largest, second) pairs. H200 run 14: DeepSeek-V3 T=65536 60.7 us against 63.8
         # for the top, a compare of every lane against it, and a second max (SASS 703 vs 737 a row).
         top1, second = tl.reduce((hi3, tl.full(hi3.shape, INT32_MIN, tl.int32)), 2, _top2_combine)
-        group_score = _key_of32(top1) + _key_of32(second)
+        low = second
+        if RAW_BITS:
+            group_score = top1.to(tl.float32, bitcast=True) + second.to(tl.float32, bitcast=True)
+        else:
+            group_score = _key_of32(top1) + _key_of32(second)
     g = tl.arange(0, BLOCK_G)
     g_ok = (g < N_GROUP)[None, :]  # [1, BG]
+    if RAW_BITS:
+        raw_bad = tl.min(tl.where(g_ok, low, 0), axis=1) < 0  # [BM]: a group key below +0.0 (its bits negative)
+    else:
+        raw_bad = tl.zeros([BLOCK_M], dtype=tl.int1)
     # 64-bit (score, inverted group) words: equal scores go to the lower group.
     group_word = tl.where(
         g_ok, (_order_bits(group_score).to(tl.int64) << 32) | ((-g) + LOW_BASE).to(tl.int64), INT64_MIN
@@ -434,7 +459,7 @@ def _group_keep(hi, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.c
         kept = kept & g_ok
     kept_min = tl.min(tl.where(kept, group_score, float("inf")), axis=1)  # [BM]
     dropped_max = tl.max(tl.where(g_ok & (kept == 0), group_score, float("-inf")), axis=1)
-    return kept, kept_min, dropped_max, top1
+    return kept, kept_min, dropped_max, top1, raw_bad
 
 
 @triton.jit
@@ -444,8 +469,8 @@ def _group_mask(hi, key, dead, ok2, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr
     """Step 4: _group_keep, then the key bits with the dropped groups' lanes at
     INT32_MIN, or for zero fill at the bits of 0.0. Returns those bits, the lowest kept and the highest
     dropped group score."""
-    kept, kept_min, dropped_max, _top1 = _group_keep(hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP, TOPK_GROUP,
-                                                     GROUP_MAX, GROUP_BY_COUNT)
+    kept, kept_min, dropped_max, _top1, _bad = _group_keep(hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP, TOPK_GROUP,
+                                                           GROUP_MAX, GROUP_BY_COUNT)
     kept_lanes = _kept_lanes(kept, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W)
     if GROUP_ZERO:
         # Dead experts (NaN / -inf logits) keep key -inf: below every other key, zeroed ones too.
@@ -1182,8 +1207,26 @@ def _route_kernel(
         # band skips NaN and -inf (its unsigned window holds the finite logits below its bound only). The tile's
         # weights take the scores (s_lane), which must be 0 on dead lanes: those keep the masked logits.
         x_key = x if TILE_WEIGHTS else x_raw
-        key, s_lane, hi = _key_bits(x_key, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
-                                    SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_KEYS)
+        # One row a program on fast or FMA keys (whose exact path reads the row again): a row with a dead lane is
+        # sent to that path whole, found by the sum of its logits (NaN or +-inf once one is NaN or +-inf: FMA-pipe
+        # adds and one compare, where marking the dead lanes took a compare and a select a lane). The fast path's
+        # keys then skip `dead`; padding lanes (ok2, folded at compile time) keep their -inf key.
+        DEAD_BY_ROW: tl.constexpr = ((BLOCK_M == 1) and (not TRUNCATE_WORDS) and (not TILE_WEIGHTS)
+                                     and (FMA_KEYS or APPROX_KEYS) and (not LOGIT_KEYS) and (not SELECT_LOGITS))
+        # ... and with their exact path's keys of its own, the fast path's words take the keys' raw bits, which order
+        # the keys >= +0.0 as the order-preserving ones do (a compare and a select a lane fewer). Every negative key's
+        # bits are negative, so below a base >= 0 both clamp them to the same distance 0; rows whose base would be
+        # negative (best key below 2**23 ulps: a row of keys <= ~1e-38) or whose group scores may take a negative key
+        # in the wrong order (_group_keep's raw_bad) are sent to the exact path.
+        KEEP_IN_WORDS: tl.constexpr = (BLOCK_M == 1) and (not TRUNCATE_WORDS) and (N_GROUP > 1) and (not GROUP_ZERO)
+        RAW_BITS: tl.constexpr = DEAD_BY_ROW and (not APPROX_REPAIR) and ((N_GROUP == 1) or KEEP_IN_WORDS)
+        dead_keys = dead
+        if DEAD_BY_ROW:
+            dead_keys = ok2 == 0
+            x_sum = tl.sum(tl.where(ok2, x_raw, 0.0), axis=1)  # [BM]
+            row_dead = (x_sum - x_sum) != 0.0  # NaN, not 0, where the sum is not finite
+        key, s_lane, hi = _key_bits(x_key, dead_keys, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
+                                    SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_KEYS, RAW_BITS)
         if FMA_KEYS:
             fma_band = _fma_band(x_raw, SCORING, 1)  # [BM]: those rows redo their keys with div_rn / sqrt_rn
         inv = (-lane) + (BLOCK_W - 1)  # [BW] larger for lower lanes: ties go to the lower id
@@ -1191,16 +1234,15 @@ def _route_kernel(
         # words' own select (the kept lanes), and the row's best kept key is the best of the kept groups' tops,
         # where masking the bits first cost a select a lane and a reduction (SASS: 16 ALU instructions a
         # DeepSeek-V3 row). `hi` keeps the dropped lanes' bits then; the exact paths build their own.
-        KEEP_IN_WORDS: tl.constexpr = (BLOCK_M == 1) and (not TRUNCATE_WORDS) and (N_GROUP > 1) and (not GROUP_ZERO)
         allowed = ok2  # [1, BW] lanes that may win on the fast path
         if KEEP_IN_WORDS:
-            kept, kept_min, dropped_max, top1 = _group_keep(hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP, TOPK_GROUP,
-                                                            GROUP_MAX, GROUP_BY_COUNT)
+            kept, kept_min, dropped_max, top1, raw_bad = _group_keep(hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP,
+                                                                     TOPK_GROUP, GROUP_MAX, GROUP_BY_COUNT, RAW_BITS)
             allowed = ok2 & _kept_lanes(kept, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W)
             hi_max = tl.max(tl.max(tl.where(kept, top1, INT32_MIN), axis=1), axis=0)
         elif N_GROUP > 1:
             hi, kept_min, dropped_max = _group_mask(
-                hi, key, dead, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
+                hi, key, dead_keys, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
                 GROUP_ZERO, GROUP_BY_COUNT)
             allowed = ok2 & (hi > INT32_MIN)
 
@@ -1224,7 +1266,6 @@ def _route_kernel(
             f_col = tl.arange(0, BLOCK_KC)
             best = tl.max(tl.max(fast, axis=1), axis=0)
             wk = tl.where(f_col == 0, best, INT32_MIN)  # round i's word at i
-            wn = tl.full([BLOCK_KC], INT32_MIN, tl.int32)  # round i + 1's word at i
             ROUNDS: tl.constexpr = K + 2 if APPROX_REPAIR else (K + 1 if (DIST_SHIFT > 0 or APPROX_KEYS or LOGIT_KEYS)
                                                                  else K)
             for i in tl.static_range(1, ROUNDS):
@@ -1237,7 +1278,13 @@ def _route_kernel(
                 step = tl.max(tl.max((fast - best).to(tl.uint32, bitcast=True), axis=1), axis=0)
                 best = best + step.to(tl.int32, bitcast=True)
                 wk = tl.where(f_col == i, best, wk)
-                wn = tl.where(f_col == i - 1, best, wn)
+            # Round i + 1's word at i: wk one column on (a shuffle), and the last round's word where wk has no
+            # column for it (BLOCK_KC == K with K + 1 rounds); INT32_MIN past the rounds.
+            wn = tl.gather(wk, tl.minimum(f_col + 1, BLOCK_KC - 1), 0)
+            if ROUNDS > BLOCK_KC:
+                wn = tl.where(f_col == BLOCK_KC - 1, best, wn)
+            else:
+                wn = tl.where(f_col + 1 < ROUNDS, wn, INT32_MIN)
             cur = f_col < K
             d = wk >> LANE_BITS
             dn = wn >> LANE_BITS
@@ -1250,8 +1297,8 @@ def _route_kernel(
                 # Winner i's key bits lie in [base + (d << S), base + (d << S) + 2**S - 1]. The order of the
                 # approximate keys is the exact order where each winner clears the next one by the keys'
                 # error on both sides; a clamped distance (d = 0) says nothing.
-                k_lo = _key_of32(base + (d << DIST_SHIFT))
-                k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
+                k_lo = _word_key(base + (d << DIST_SHIFT), RAW_BITS)
+                k_next = _word_key(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1), RAW_BITS)
                 close = cur & has_next & (_separated(k_lo, k_next, 1, SCORING, bias_mag) == 0)
                 amb = amb | (cur & (d == 0))
                 if APPROX_REPAIR:
@@ -1279,6 +1326,12 @@ def _route_kernel(
             ambiguous = tl.max(amb.to(tl.int32), axis=0) > 0
             if FMA_KEYS:
                 ambiguous = ambiguous | (tl.max(fma_band.to(tl.int32), axis=0) > 0)
+            if DEAD_BY_ROW:
+                ambiguous = ambiguous | (tl.max(row_dead.to(tl.int32), axis=0) > 0)
+            if RAW_BITS:
+                ambiguous = ambiguous | (hi_max < span)
+                if KEEP_IN_WORDS:
+                    ambiguous = ambiguous | (tl.max(raw_bad.to(tl.int32), axis=0) > 0)
                 if SCORING == 2:
                     # A +inf logit: the FMA square root's NaN (the clamp flags such rows too; this says why).
                     ambiguous = ambiguous | (hi_max > INF_BITS)
@@ -1323,7 +1376,7 @@ def _route_kernel(
                                      HAS_BIAS, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
                                      GROUP_ZERO, GROUP_BY_COUNT, ACCURATE)
                 ids_x, _r = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
-                e_ids = tl.reshape(ids_x, [BLOCK_KC])
+                e_ids = tl.gather(tl.reshape(ids_x, [BLOCK_KC]), f_col, 0)  # in the fast path's layout
                 if WORD_LOGITS:  # the exact path's winners: read their logits (N_GROUP == 1: lane = id)
                     e_x = _gather_logits(logits_ptr + tl.sum(rows64, axis=0) * logits_row_stride, e_ids,
                                          logits_col_stride, cur & (tl.sum(row_ok.to(tl.int32), axis=0) > 0),
