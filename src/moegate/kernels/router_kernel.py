@@ -1376,7 +1376,13 @@ def _route_kernel(
                                      HAS_BIAS, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
                                      GROUP_ZERO, GROUP_BY_COUNT, ACCURATE)
                 ids_x, _r = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
-                e_ids = tl.gather(tl.reshape(ids_x, [BLOCK_KC]), f_col, 0)  # in the fast path's layout
+                e_ids = tl.reshape(ids_x, [BLOCK_KC])
+                if DEAD_BY_ROW:
+                    # Into the fast path's layout (f_col's): otherwise the branch's result takes the reshape's
+                    # layout and the compiler keeps a second copy of the fast path's round words in it (SASS:
+                    # 19-37 ALU instructions a row). Not elsewhere: 512 lanes top-22 on div_rn keys took 80
+                    # registers with it against 70.
+                    e_ids = tl.gather(e_ids, f_col, 0)
                 if WORD_LOGITS:  # the exact path's winners: read their logits (N_GROUP == 1: lane = id)
                     e_x = _gather_logits(logits_ptr + tl.sum(rows64, axis=0) * logits_row_stride, e_ids,
                                          logits_col_stride, cur & (tl.sum(row_ok.to(tl.int32), axis=0) > 0),
