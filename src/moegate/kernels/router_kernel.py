@@ -171,13 +171,13 @@ def _score(x, row_max, row_sum, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
 def _order_bits(key):
     """fp32 -> int32 with the same order (no NaN reaches here; -0.0 was made +0.0)."""
     bits = key.to(tl.int32, bitcast=True)
-    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
 
 
 @triton.jit
 def _key_of32(hi):
     """The fp32 key of order-preserving bits (inverse of _order_bits)."""
-    return (hi ^ ((hi >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
+    return tl.where(hi >= 0, hi, hi ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
 
 
 # Approximate sigmoid keys (APPROX_KEYS) differ from the exact ones by at most KEY_ERR_ABS + |key| *
