@@ -1326,15 +1326,15 @@ def _route_kernel(
             ambiguous = tl.max(amb.to(tl.int32), axis=0) > 0
             if FMA_KEYS:
                 ambiguous = ambiguous | (tl.max(fma_band.to(tl.int32), axis=0) > 0)
+                if SCORING == 2:
+                    # A +inf logit: the FMA square root's NaN (the clamp flags such rows too; this says why).
+                    ambiguous = ambiguous | (hi_max > INF_BITS)
             if DEAD_BY_ROW:
                 ambiguous = ambiguous | (tl.max(row_dead.to(tl.int32), axis=0) > 0)
             if RAW_BITS:
                 ambiguous = ambiguous | (hi_max < span)
                 if KEEP_IN_WORDS:
                     ambiguous = ambiguous | (tl.max(raw_bad.to(tl.int32), axis=0) > 0)
-                if SCORING == 2:
-                    # A +inf logit: the FMA square root's NaN (the clamp flags such rows too; this says why).
-                    ambiguous = ambiguous | (hi_max > INF_BITS)
             if APPROX_KEYS and N_GROUP > 1:
                 g_sep = _separated(tl.sum(kept_min, axis=0), tl.sum(dropped_max, axis=0), 2, SCORING, bias_mag)
                 ambiguous = ambiguous | (g_sep == 0)
