@@ -91,8 +91,8 @@ def test_bias_early_issues_the_bias_load_with_the_logits(tmp_path):
 
 # A row's fast-path instructions on the ALU pipe (sm_90), which bounds the 256-lane and wider launches (BENCHMARKS.md
 # runs 9 and 67), at T = 8192 (FMA keys) and 65536 (fast keys for DeepSeek-V3 and Kimi-K2). At T = 65536: 354 / 338 /
-# 267 before run 67, 306 / 270 / 229 since, 241 / 194 / 181 since the dead lanes are found by the row's sum and the
-# words take raw key bits (DEAD_BY_ROW, RAW_BITS); at T = 8192 288 / 266 / 229 before those, 228 / 198 / 181 since.
+# 267 before run 67, 306 / 270 / 229 since, 241 / 194 / 180 since the dead lanes are found by the row's sum and the
+# words take raw key bits (DEAD_BY_ROW, RAW_BITS); at T = 8192 288 / 266 / 229 before those, 228 / 198 / 180 since.
 # A bound a few above today's count: what reintroduces a select a lane (the logits' mask, the dead mask, the dropped
 # groups' mask before the words, the order bits), an add a round or a second copy of the round words fails it.
 _ALU_BOUNDS = {8192: {"deepseek-v3-fp32": 233, "kimi-k2": 203, "deepseek-v4": 186},
