@@ -1278,13 +1278,11 @@ def _route_kernel(
                 step = tl.max(tl.max((fast - best).to(tl.uint32, bitcast=True), axis=1), axis=0)
                 best = best + step.to(tl.int32, bitcast=True)
                 wk = tl.where(f_col == i, best, wk)
-            # Round i + 1's word at i: wk one column on (a shuffle), and the last round's word where wk has no
-            # column for it (BLOCK_KC == K with K + 1 rounds); INT32_MIN past the rounds.
+            # Round i + 1's word at i: wk one column on (a shuffle; the launcher gives one row a program a column
+            # for each round), INT32_MIN past the rounds.
+            tl.static_assert(ROUNDS <= BLOCK_KC, "one row a program keeps every round's word in wk")
             wn = tl.gather(wk, tl.minimum(f_col + 1, BLOCK_KC - 1), 0)
-            if ROUNDS > BLOCK_KC:
-                wn = tl.where(f_col == BLOCK_KC - 1, best, wn)
-            else:
-                wn = tl.where(f_col + 1 < ROUNDS, wn, INT32_MIN)
+            wn = tl.where(f_col + 1 < ROUNDS, wn, INT32_MIN)
             cur = f_col < K
             d = wk >> LANE_BITS
             dn = wn >> LANE_BITS
