@@ -1098,6 +1098,7 @@ def _route_kernel(
     # FMA keys' flagged rows are redone on the selection's exact path: the tile's weights (from the same scores) and
     # the truncated softmax words have no such path for them.
     tl.static_assert(not (FMA_KEYS and (TILE_WEIGHTS or TRUNCATE_WORDS or THREAD_ROWS or SPLIT_ROWS > 0 or HASH)))
+    tl.static_assert(not (APPROX_KEYS and (TILE_WEIGHTS or TRUNCATE_WORDS or SELECT_LOGITS or LOGIT_KEYS or HASH)))
     tl.static_assert(not (BIAS_EARLY and (not HAS_BIAS or HASH or THREAD_ROWS or SPLIT_ROWS > 0)))
     if USE_PDL:
         # Nothing is read before the previous kernel's writes are visible. The next kernel may start its launch
@@ -1211,8 +1212,8 @@ def _route_kernel(
         # sent to that path whole, found by the sum of its logits (NaN or +-inf once one is NaN or +-inf: FMA-pipe
         # adds and one compare, where marking the dead lanes took a compare and a select a lane). The fast path's
         # keys then skip `dead`; padding lanes (ok2, folded at compile time) keep their -inf key.
-        DEAD_BY_ROW: tl.constexpr = ((BLOCK_M == 1) and (not TRUNCATE_WORDS) and (not TILE_WEIGHTS)
-                                     and (FMA_KEYS or APPROX_KEYS) and (not LOGIT_KEYS) and (not SELECT_LOGITS))
+        # (FMA and fast keys are sigmoid / sqrt-softplus keys of scores, never with the tile's weights.)
+        DEAD_BY_ROW: tl.constexpr = (BLOCK_M == 1) and (FMA_KEYS or APPROX_KEYS)
         # ... and with their exact path's keys of its own, the fast path's words take the keys' raw bits, which order
         # the keys >= +0.0 as the order-preserving ones do (a compare and a select a lane fewer). Every negative key's
         # bits are negative, so below a base >= 0 both clamp them to the same distance 0; rows whose base would be
@@ -1324,10 +1325,8 @@ def _route_kernel(
             ambiguous = tl.max(amb.to(tl.int32), axis=0) > 0
             if FMA_KEYS:
                 ambiguous = ambiguous | (tl.max(fma_band.to(tl.int32), axis=0) > 0)
-                if SCORING == 2:
-                    # A +inf logit: the FMA square root's NaN (the clamp flags such rows too; this says why).
-                    ambiguous = ambiguous | (hi_max > INF_BITS)
             if DEAD_BY_ROW:
+                # Also the rows of a +inf logit, whose FMA square root (sqrt-softplus) is NaN.
                 ambiguous = ambiguous | (tl.max(row_dead.to(tl.int32), axis=0) > 0)
             if RAW_BITS:
                 ambiguous = ambiguous | (hi_max < span)
