@@ -800,10 +800,11 @@ def _launch_kwargs(x, config, **kw):
 
 @pytest.mark.parametrize("T", [1, 16, 4096, 8192, 16384, 32768, 65536])
 def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
-    """Fast sigmoid keys for 1024-lane tiles at one row or T >= 8192, close rows redone whole; with the repair
-    switched on (APPROX_REPAIR) at every T without groups, close rows repaired below T = 16384, and with groups as
-    before. 256- and 512-lane tiles with exact distance words (DeepSeek-V3, Kimi-K2) from T = 65536, under a cap of
-    64 registers; never 512 lanes top-22 (shifted words), 64 lanes, or bf16 logits without a bias."""
+    """Fast sigmoid keys once a launch holds 2**24 lanes (APPROX_KEYS_MIN_LANE_ROWS): 1024-lane tiles at one row or
+    T >= 16384, close rows redone whole; with the repair switched on (APPROX_REPAIR) at every T without groups, close
+    rows repaired below T = 16384, and with groups as before. 512- and 256-lane tiles with exact distance words
+    (Kimi-K2, DeepSeek-V3) from T = 32768 and 65536, under a cap of 64 registers; never 512 lanes top-22 (shifted
+    words), 64 lanes, or bf16 logits without a bias."""
     import moegate.kernels.router as kr
 
     config = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
@@ -811,15 +812,16 @@ def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
     for repair in (False, True):
         monkeypatch.setattr(kr, "APPROX_REPAIR", repair)
         seen = _launch_kwargs(torch.empty(T, 896), config, bias=torch.zeros(896))
-        assert seen["APPROX_KEYS"] is (repair or T == 1 or T >= 8192)
+        assert seen["APPROX_KEYS"] is (repair or T == 1 or T >= 16384)
         assert seen["APPROX_REPAIR"] is (repair and T < 16384) and seen["BLOCK_KC"] >= 16 + 2
         seen = _launch_kwargs(torch.empty(T, 1024), grouped, bias=torch.zeros(1024))
-        assert seen["APPROX_KEYS"] is (T == 1 or T >= 8192) and seen["APPROX_REPAIR"] is False
+        assert seen["APPROX_KEYS"] is (T == 1 or T >= 16384) and seen["APPROX_REPAIR"] is False
     monkeypatch.setattr(kr, "APPROX_REPAIR", False)
     large = T >= 65536
     dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
     for cfg, dtype, want in ((dsv3, torch.float32, large), (dsv3, torch.bfloat16, large),
-                             (RouterConfig(384, 8, scoring="sigmoid", has_correction_bias=True), torch.float32, large),
+                             (RouterConfig(384, 8, scoring="sigmoid", has_correction_bias=True), torch.float32,
+                              T >= 32768),
                              (RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True), torch.float32, False),
                              (RouterConfig(64, 8, scoring="sigmoid", has_correction_bias=True), torch.float32, False)):
         seen = _launch_kwargs(torch.empty(T, cfg.num_experts, dtype=dtype), cfg, bias=torch.zeros(cfg.num_experts))
@@ -836,16 +838,16 @@ def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
 @pytest.mark.parametrize("T", [1, 64, 4096, 8192, 32768, 65536])
 def test_fma_keys_where_the_launcher_takes_them(T, monkeypatch):
     """FMA_KEYS (sigmoid / sqrt-softplus keys in their FMA forms): exact keys on rows on warps, not with the tile's
-    weights, fast keys, one row a thread, logits selection or softmax, nor one-warp rows with shifted distance words
-    (512 top-22) from T = 8192, nor sqrt-softplus keys below T = 4096; the override wins."""
+    weights, fast keys, one row a thread, logits selection or softmax, nor sqrt-softplus keys below T = 4096; one-warp
+    rows with shifted distance words (512 top-22) at every T; the override wins."""
     import moegate.kernels.router as kr
 
     dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
     seen = _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))
     assert seen["FMA_KEYS"] is (not seen["APPROX_KEYS"]) and seen["APPROX_KEYS"] is (T >= 65536), T
-    top22 = RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True)  # shifted words: div_rn from 8192
+    top22 = RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True)  # shifted words: FMA keys at every T
     seen = _launch_kwargs(torch.empty(T, 512), top22, bias=torch.zeros(512))
-    assert seen["APPROX_KEYS"] is False and seen["FMA_KEYS"] is (T < 8192), T
+    assert seen["APPROX_KEYS"] is False and seen["FMA_KEYS"] is True, T
     dsv4 = RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)
     seen = _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))
     assert seen["APPROX_KEYS"] is (T <= 32 or T >= 8192) and seen["FMA_KEYS"] is (4096 <= T < 8192), T
@@ -862,10 +864,10 @@ def test_fma_keys_where_the_launcher_takes_them(T, monkeypatch):
     monkeypatch.setattr(kr, "approx_keys_override", False)
     assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))["FMA_KEYS"] is True
     monkeypatch.setattr(kr, "fma_keys_override", True)  # past the launcher's cutoffs too
-    assert _launch_kwargs(torch.empty(T, 512), top22, bias=torch.zeros(512))["FMA_KEYS"] is True
     assert _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))["FMA_KEYS"] is True
     monkeypatch.setattr(kr, "fma_keys_override", False)
     assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))["FMA_KEYS"] is False
+    assert _launch_kwargs(torch.empty(T, 512), top22, bias=torch.zeros(512))["FMA_KEYS"] is False
 
 
 @needs_cuda

@@ -44,7 +44,6 @@ APPROX_KEYS_MIN_LANES = 1024
 # a launch of one wave waits for it: H200 run 10, 896 top-16, fast vs exact keys: T=1 3.80 vs 4.71 us,
 # T=16 9.32 vs 4.79, T=256 9.72 vs 5.16, T=4096 28.65 vs 27.89, T=65536 351 vs 408; T=8192 49.2 (run 10,
 # fast) vs 53.5 (run 12, exact).
-APPROX_KEYS_MIN_TOKENS = 8192
 # 256- and 512-lane rows (DeepSeek-V3, Kimi-K2) take them too at large T, held to 64 registers (one-warp programs
 # keep their 32 warps an SM) where the distance words are exact (not 512 lanes top-22: 124 vs 115 us at T=65536).
 # H200 run 44 (BENCHMARKS.md), fast keys capped at 64 against exact keys: T=65536 DeepSeek-V3 fp32 58.5 vs 60.4 us,
@@ -53,7 +52,11 @@ APPROX_KEYS_MIN_TOKENS = 8192
 APPROX_KEYS_NARROW_MIN_LANES = 256
 # Run 50, with the exact keys in their FMA forms (FMA_KEYS) since: T=32768 exact ahead (DeepSeek-V3 fp32 30.19 vs 31.25,
 # bf16 28.95 vs 29.54, Kimi-K2 32.01 vs 33.30), T=65536 the fast keys (58.52 vs 58.70, 54.80 vs 56.02, 59.46 vs 60.99).
-APPROX_KEYS_NARROW_MIN_TOKENS = 65536
+# Run 72, the one-row path on the row's logit sum and raw key bits (DEAD_BY_ROW, RAW_BITS), fast / FMA keys: T=32768
+# DeepSeek-V3 fp32 25.72 / 25.40, bf16 24.76 / 24.88, Kimi-K2 (512 lanes) 26.18 / 27.41, 896 top-16 (1024 lanes)
+# 150.4 / 153.6; T=8192 896 top-16 42.19 / 39.56, Kimi-K2 9.08 / 8.06; T=65536 fast ahead on all four. Fast keys
+# from T * lanes >= APPROX_KEYS_MIN_LANE_ROWS: 256 lanes from T = 65536, 512 from 32768, 1024 from 16384.
+APPROX_KEYS_MIN_LANE_ROWS = 1 << 24
 APPROX_KEYS_MAX_REGISTERS = 64
 # Sqrt-softplus keys (DeepSeek-V4: 256 experts, top-6, + bias) from ex2 / lg2 / sqrt approx with checked
 # margins, H200 run 25 (BENCHMARKS.md), fast vs exact keys: T=65536 54.0 vs 62.1 us, T=32768 28.1 vs 32.2, T=1
@@ -86,11 +89,11 @@ APPROX_REPAIR_MAX_TOKENS = 16384
 # keys. H200 run 50 (BENCHMARKS.md), FMA / div_rn keys, us: DeepSeek-V3 fp32 T=16 2.16 / 2.34, T=4096 5.42 / 5.66,
 # T=16384 16.48 / 16.78; bf16 T=16384 15.58 / 16.33; Kimi-K2 T=8192 9.37 / 10.08; 896 top-16 T=16 3.76 / 4.46; but
 # one-warp rows with shifted distance words (512 lanes top-22: 82 registers against 72) slower from T = 8192 (17.53 /
-# 16.80, T=16384 36.21 / 35.49; T=4096 9.71 / 9.87): those keep div_rn there (FMA_KEYS_SHIFTED_MIN_TOKENS).
+# 16.80, T=16384 36.21 / 35.49; T=4096 9.71 / 9.87). Run 72, on the one-row path since (DEAD_BY_ROW, 78 registers): FMA
+# keys ahead there too (T=8192 14.24 / 15.67, T=32768 56.22 / 60.66, T=65536 99.35 / 107.95), so every T takes them.
 # Sqrt-softplus keys (DeepSeek-V4, whose fast keys take T <= 32 and T >= 8192), run 51: FMA / sqrt_rn T=16 2.33 / 2.20,
 # T=256 2.42 / 2.34, T=1024 3.12 / 3.11, T=4096 5.53 / 5.69 (58 registers against 46): from FMA_KEYS_SSP_MIN_TOKENS.
 fma_keys_override: bool | None = None
-FMA_KEYS_SHIFTED_MIN_TOKENS = 8192
 FMA_KEYS_SSP_MIN_TOKENS = 4096
 FMA_KEYS = True
 # Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
@@ -418,10 +421,11 @@ def _launch(
     any_t = APPROX_REPAIR and spec.N_GROUP == 1  # the repair keeps close rows cheap at every T
     if spec.SCORING == 1:
         lanes = block_g * block_gs
+        large = T * lanes >= APPROX_KEYS_MIN_LANE_ROWS
         approx_keys = (approx_able and (bias is not None or logits.dtype == torch.float32)
-                       and ((lanes >= APPROX_KEYS_MIN_LANES and (any_t or T == 1 or T >= APPROX_KEYS_MIN_TOKENS))
+                       and ((lanes >= APPROX_KEYS_MIN_LANES and (any_t or T == 1 or large))
                             or (APPROX_KEYS_NARROW_MIN_LANES <= lanes < APPROX_KEYS_MIN_LANES
-                                and not _dist_shift(lane_bits, spec.K) and T >= APPROX_KEYS_NARROW_MIN_TOKENS)))
+                                and not _dist_shift(lane_bits, spec.K) and large)))
     else:
         approx_keys = (approx_able and APPROX_SSP_KEYS and (bias is not None or logits.dtype == torch.float32)
                        and (any_t or T <= APPROX_SSP_SMALL_MAX_TOKENS or T >= APPROX_SSP_MIN_TOKENS))
@@ -436,9 +440,6 @@ def _launch(
     fma_able = (spec.SCORING in (1, 2) and not spec.SELECT_LOGITS and not spec.HASH and not spec.THREAD_ROWS
                 and not spec.SPLIT_ROWS and not tile_weights and not approx_keys)
     fma_keys = fma_able and FMA_KEYS
-    if (spec.block_m == 1 and spec.num_warps == 1 and _dist_shift(lane_bits, spec.K)
-            and T >= FMA_KEYS_SHIFTED_MIN_TOKENS):
-        fma_keys = False
     if spec.SCORING == 2 and T < FMA_KEYS_SSP_MIN_TOKENS:
         fma_keys = False
     if fma_keys_override is not None:
