@@ -94,12 +94,9 @@ def kernel_params(compiled) -> tuple[int, int]:
 
 
 def sass_counts(compiled) -> collections.Counter:
-    counts = collections.Counter()
-    for line in compiled.asm["sass"].splitlines():
-        m = re.match(r"(?:\s*/\*[0-9a-f]+\*/|[-0-9:A-Y]+\t)\s*(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
-        if m:
-            counts[m.group(1).split(".")[0]] += 1
-    return counts
+    """Opcode counts of the whole kernel, from nvdisasm (Triton's own `asm["sass"]` stops at 4096 instructions)."""
+    seq, _labels = _disassemble(compiled)
+    return collections.Counter(_opcode(text) for _f, _l, text in seq)
 
 
 # SASS opcodes that issue to the ALU pipe (integer compare, select, logic, min/max, float compare and
@@ -109,7 +106,7 @@ ALU_OPS = frozenset(("ISETP", "SEL", "LOP3", "VIMNMX", "VIMNMX3", "VIADDMNMX", "
                      "BMSK", "IMNMX", "MOV", "FCHK"))
 
 
-def _disassemble(compiled):
+def _disassemble(compiled, with_control=False):
     """[(source file, line, instruction text)] of the cubin in order, and {label: index}."""
     import subprocess
     import tempfile
@@ -120,8 +117,9 @@ def _disassemble(compiled):
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])
         f.flush()
-        out = subprocess.run([nvdisasm, "-g", "-c", f.name], capture_output=True, text=True, check=True).stdout
-    where, seq, labels = (None, None), [], {}
+        out = subprocess.run([nvdisasm, "-g", "-c", "-hex", f.name], capture_output=True, text=True,
+                             check=True).stdout
+    where, seq, labels, control = (None, None), [], {}, []
     for ln in out.splitlines():
         m = re.search(r'//## File "([^"]+)", line (\d+)', ln)
         if m:
@@ -134,7 +132,19 @@ def _disassemble(compiled):
         m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(.*?);", ln)
         if m:
             seq.append((*where, m.group(1).strip()))
-    return seq, labels
+            continue
+        m = re.match(r"^\s*/\* 0x([0-9a-f]{16}) \*/\s*$", ln)  # an instruction's second word: its control bits
+        if m:
+            control.append(_control(int(m.group(1), 16)))
+    if len(control) != len(seq):
+        raise RuntimeError(f"control codes ({len(control)}) and instructions ({len(seq)}) do not line up")
+    return (seq, labels, control) if with_control else (seq, labels)
+
+
+def _control(word: int) -> tuple[int, int, int, int]:
+    """(wait mask, read barrier, write barrier, stall cycles) of an sm_90 instruction's second 64-bit word; a
+    barrier of 7 is none."""
+    return (word >> 52) & 0x3F, (word >> 49) & 0x7, (word >> 46) & 0x7, (word >> 41) & 0xF
 
 
 def _opcode(text: str) -> str:
@@ -147,6 +157,12 @@ def fast_path(compiled):
     blocks that the `if ambiguous:` branch (the exact-path fallback) and the repair of close fast-key winners
     skip, and without the IEEE divisions' slow paths (short skipped blocks that CALL a subroutine).
     [(file, line, text)]."""
+    seq, _labels = _disassemble(compiled)
+    return [seq[i] for i in fast_path_indices(compiled)]
+
+
+def fast_path_indices(compiled) -> list[int]:
+    """fast_path's instructions as indices into the cubin's instruction sequence."""
     seq, labels = _disassemble(compiled)
     end = next((i for i, x in enumerate(seq) if x[2].startswith("EXIT")), len(seq))
     src = open(rk.__file__).read().splitlines()
@@ -169,11 +185,65 @@ def fast_path(compiled):
     # The one-row path's fallbacks sit under the guards; elsewhere the fallback is the largest skipped block.
     for span in guarded.values() or [largest]:
         drop.update(range(*span))
-    return [x for i, x in enumerate(seq[: end + 1]) if i not in drop]
+    return [i for i in range(min(end + 1, len(seq))) if i not in drop]
 
 
 def fast_path_estimate(compiled) -> int:
     return len(fast_path(compiled))
+
+
+# A lone warp's issue model (--cycles). Each SASS instruction carries its scheduling in its control code
+# (wait mask : read barrier : write barrier : yield : stall): the warp issues it once the scoreboards in its wait
+# mask are released, then waits `stall` cycles before its next instruction. Instructions of variable latency set
+# a scoreboard that is released this many cycles after issue (guesses for sm_90, not measured here: an L1 / L2
+# hit for LDG, a constant-cache hit for LDC). With one warp an SM (T <= 132) nothing hides these waits, so the
+# model's cycle count is the fast path's serial chain; it does not see instruction-cache or constant-cache misses,
+# the launch, or the PDL overlap. Calibration and use: docs/kernel.md, "Where a small launch waits".
+SCOREBOARD_LATENCY = {"LDG": 300, "LD": 300, "LDC": 40, "S2R": 20, "S2UR": 20, "CS2R": 20, "MUFU": 18, "SHFL": 24,
+                      "REDUX": 30, "LDS": 30, "BAR": 24, "ATOMG": 300, "F2I": 12, "I2F": 12, "F2F": 12, "POPC": 12,
+                      "FLO": 12, "BREV": 12, "VOTE": 8, "MATCH": 30}
+
+
+def issue_timeline(compiled, gather_latency: int | None = None) -> list[tuple[float, str, int, str]]:
+    """[(issue cycle, file, line, instruction)] of the fast path on one warp, under the model above.
+    ``gather_latency``: the latency of the LDGs after the first, dependent ones such as the winners' logits (L1
+    hits), where SCOREBOARD_LATENCY's LDG figure is the first read's."""
+    seq, _labels, control = _disassemble(compiled, with_control=True)
+    board, t, out = [0.0] * 6, 0.0, []
+    load_boards, row_read = set(), False  # scoreboards of outstanding LDGs; the row's first read waited for
+    for i in fast_path_indices(compiled):
+        wait, read, write, stall = control[i]
+        op = _opcode(seq[i][2])
+        if wait:
+            t = max([t] + [board[b] for b in range(6) if wait >> b & 1])
+            row_read = row_read or any(wait >> b & 1 for b in load_boards)
+        latency = SCOREBOARD_LATENCY.get(op, 20)
+        if write != 7:
+            if op == "LDG":
+                load_boards.add(write)
+                if row_read and gather_latency is not None:
+                    latency = gather_latency
+            board[write] = t + latency
+        if read != 7:
+            board[read] = max(board[read], t + 4)
+        out.append((t, seq[i][0], seq[i][1], seq[i][2]))
+        t += stall
+    return out
+
+
+def print_cycles(compiled, gather_latency: int | None) -> None:
+    """The modelled cycles of one warp's fast path, and the source lines whose instructions waited longest."""
+    timeline = issue_timeline(compiled, gather_latency)
+    src = open(rk.__file__).read().splitlines()
+    kernel_file = os.path.basename(rk.__file__)
+    spent = collections.Counter()
+    for (t0, *_prev), (t1, fname, line, _text) in zip([(0.0,)] + timeline, timeline):
+        spent[(fname, line)] += t1 - t0  # the cycles from the previous issue: what this instruction waited
+    end = timeline[-1][0]
+    print(f"    one warp: {end:.0f} cycles modelled ({end / 1980:.2f} us at 1.98 GHz), {len(timeline)} instructions")
+    for (fname, line), n in spent.most_common(int(os.environ.get("SASS_LINES", 12))):
+        code = src[line - 1].strip()[:80] if fname == kernel_file and line else ""
+        print(f"    {n:6.0f} {fname}:{line} {code}")
 
 
 def print_lines(compiled) -> None:
@@ -202,6 +272,11 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="set a launcher constant or override of moegate.kernels.router first (as moegate bench --set), "
                         "e.g. approx_keys_override=False")
+    p.add_argument("--cycles", action="store_true",
+                   help="model one warp's issue of the fast path from the SASS control codes (small launches)")
+    p.add_argument("--gather-latency", type=int, default=40,
+                   help="--cycles: cycles of the dependent gathers after the row's first read (L1 hits)")
+    p.add_argument("--warps", type=int, help="warps a program (one row a program): the launcher's choice otherwise")
     p.add_argument("--dump", help="write the SASS of the last shape to this file (and its TTGIR to FILE.ttgir)")
     p.add_argument("--lines", action="store_true",
                    help="attribute the fast path's instructions to source lines (the cubin's line table)")
@@ -218,6 +293,8 @@ def main(argv=None) -> int:
         split = kr._split_threads(config, a.tokens)
         block_m, num_warps = kr._launch_shape(a.tokens, kr._tile_shape(config)[0] * kr._tile_shape(config)[1],
                                                not split and kr._use_thread_rows(config), split)
+        if a.warps:
+            num_warps = a.warps
         saved = kr.launch_override, kr.split_rows_override
         kr.launch_override, kr.split_rows_override = (block_m, num_warps), split
         try:
@@ -235,10 +312,14 @@ def main(argv=None) -> int:
               f"sass={total} fast_path~{fast_path_estimate(compiled)} "
               f"kparams={n_params}/{param_bytes}B "
               f"params={','.join(hex(line) for line in param_lines(compiled))}")
+        if a.opcodes or a.warps:
+            print(f"    barriers {counts['BAR']}, shared loads / stores {counts['LDS']} / {counts['STS']}")
         if a.opcodes:
             print("   ", " ".join(f"{k}:{v}" for k, v in counts.most_common()))
         if a.lines:
             print_lines(compiled)
+        if a.cycles:
+            print_cycles(compiled, a.gather_latency)
         if a.dump:
             with open(a.dump, "w") as f:
                 f.write(compiled.asm["sass"])
