@@ -771,6 +771,74 @@ def test_softmax_logit_keys_route_like_exact_scores(E, K, split, pair, monkeypat
         run_both(tie_free_logits(37, E, seed=3), config)
 
 
+def _check_cases():
+    """(name, config, logits, kwargs, fast keys?, DIST_SHIFT_MIN_LANE_BITS or None) for one row a program: every
+    check of the round words (decreasing winners, fewer allowed lanes than K, the clamp, shifted-distance ties, the
+    fast keys' and logit keys' margins, the group margin) and every row flag (FMA band, dead lanes, raw bits)."""
+    E = 64
+    cases = []
+    sig = _near_tie_sigmoid_rows(3, E, seed=3)
+    dead = tie_free_logits(6, E, seed=4).cpu()
+    dead[0, 5], dead[1, 9], dead[2, 17], dead[3] = float("nan"), float("-inf"), float("inf"), -90.0 - dead[3]
+    dead[4, :60] = float("-inf")  # four live lanes for K = 8
+    for keys in ("fma", "fast"):
+        for config in (RouterConfig(E, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4),
+                       RouterConfig(E, 8, scoring="sigmoid", has_correction_bias=True),
+                       RouterConfig(E, 6, scoring="sigmoid", n_group=4, topk_group=2, group_fill="zero"),
+                       RouterConfig(E, 1, scoring="sigmoid", has_correction_bias=True)):  # FMA keys: K rounds, K = 1
+            bias = torch.zeros(E)
+            bias[::3] = 1e-7
+            for rows in (sig, dead):
+                cases.append((f"sigmoid-{keys}", config, rows, {"bias": bias} if config.has_correction_bias else {},
+                              keys == "fast", None))
+    ssp, (_zero, tiny, lift, cancel) = _near_tie_sqrtsoftplus(E, seed=5)
+    for keys in ("fma", "fast"):
+        for bias in (tiny, lift, cancel):
+            cases.append((f"ssp-{keys}", RouterConfig(E, 6, scoring="sqrtsoftplus", has_correction_bias=True),
+                          ssp, {"bias": bias}, keys == "fast", None))
+    soft = _near_tie_softmax_rows(E, seed=6)
+    cases.append(("logit-keys", RouterConfig(E, 8), soft, {}, False, None))
+    cases.append(("softmax-bias", RouterConfig(E, 8, has_correction_bias=True), soft.nan_to_num(0.0, 9.0, -9.0),
+                  {"bias": torch.zeros(E)}, False, None))
+    for W, shift in ((E, None), (300, 6)):
+        # Exact distance words (the clamp), and shifted ones (DIST_SHIFT from 64 lanes: 512 lanes drop a bit).
+        g = torch.Generator().manual_seed(8)
+        order = torch.rand(8, W, generator=g).argsort(dim=1)
+        ulps = (torch.tensor(1.0).view(torch.int32) + order.to(torch.int32)).view(torch.float32)
+        for logits in (ulps, torch.where(order < W - 3, ulps, torch.tensor(4.0)), (order.float() - W / 2) / 4):
+            cases.append((f"logits-selection-{W}", RouterConfig(W, 6, selection="logits", scoring="sigmoid",
+                                                                renormalize=False), logits, {}, False, shift))
+    return cases
+
+
+@pytest.mark.parametrize("case", range(len(_check_cases())))
+def test_scalar_and_vector_checks_agree(case, monkeypatch):
+    """One row a program checks its round words either on each round's scalar as it comes (SCALAR_CHECKS, the
+    launcher's choice at small T) or on their vector after the rounds: both must send exactly the same rows down
+    the exact path (the fallback counter) and route bit for bit alike, on rows built to hit every check; and like
+    every row forced down the exact path (these rows sit closer than the reference and the kernel's exact scores
+    agree on)."""
+    import moegate.kernels.router as kr
+
+    name, config, logits, kw, fast, shift = _check_cases()[case]
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    monkeypatch.setattr(kr, "approx_keys_override", fast)
+    monkeypatch.setattr(kr, "fma_keys_override", not fast)
+    if shift is not None:
+        monkeypatch.setattr(kr, "DIST_SHIFT_MIN_LANE_BITS", shift)
+    logits = logits.to(DEVICE)
+    kw = {k: v.to(DEVICE) for k, v in kw.items()}
+    runs = {}
+    for scalar in (True, False):
+        monkeypatch.setattr(kr, "scalar_checks_override", scalar)
+        runs[scalar] = _counted(logits, config, **kw)
+    (a, stats_a), (b, stats_b) = runs[True], runs[False]
+    assert stats_a == stats_b and stats_a[2] == logits.shape[0], (name, stats_a, stats_b)
+    assert_identical(a, b)
+    monkeypatch.setattr(kr, "force_exact_override", True)  # every row on exact keys and 64-bit words
+    assert_identical(a, route(logits, config, backend="triton", **kw))
+
+
 def _launch_kwargs(x, config, **kw):
     """The constexprs route_triton would launch the kernel with (nothing runs)."""
     import moegate.kernels.router as kr
@@ -1004,6 +1072,35 @@ def test_fma_keys_match_exact_keys(monkeypatch):
             got = route(x, config, backend="triton", **kw)
             monkeypatch.setattr(kr, "fma_keys_override", False)
             assert_identical(got, route(x, config, backend="triton", **kw))
+
+
+@pytest.mark.parametrize("T", [1, 256, 372, 373, 1024, 1025, 65536])
+def test_scalar_checks_where_the_launcher_takes_them(T, monkeypatch):
+    """SCALAR_CHECKS: one row a one-warp program while T * K <= 8192 (DeepSeek-V3 to T = 1024, 512 top-22 to
+    T = 372); never for logit keys (Qwen3), several warps a row (896 experts), one row a thread or split rows; the
+    override forces it wherever one row a program can take it."""
+    import moegate.kernels.router as kr
+
+    def scalar(config, **kw):
+        return _launch_kwargs(torch.empty(T, config.num_scored), config, **kw)["SCALAR_CHECKS"]
+
+    dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    wide_k = RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True)
+    qwen3 = RouterConfig(128, 8)
+    k3 = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
+    mixtral = RouterConfig(8, 2)
+    assert scalar(dsv3, bias=torch.zeros(256)) is (T <= 1024), T
+    assert scalar(wide_k, bias=torch.zeros(512)) is (T <= 372), T
+    monkeypatch.setattr(kr, "split_rows_override", 0)  # Qwen3 one row a warp at every T
+    assert scalar(qwen3) is False
+    assert scalar(k3, bias=torch.zeros(896)) is False
+    assert scalar(mixtral) is False
+    monkeypatch.setattr(kr, "scalar_checks_override", True)
+    assert scalar(qwen3) is (T < 32768)  # four rows a warp from T = 32768
+    assert scalar(k3, bias=torch.zeros(896)) is True
+    assert scalar(mixtral) is False  # one row a thread
+    monkeypatch.setattr(kr, "scalar_checks_override", False)
+    assert scalar(dsv3, bias=torch.zeros(256)) is False
 
 
 @pytest.mark.parametrize("T", [1, 32, 33, 1024, 1025, 65536])

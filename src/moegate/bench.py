@@ -390,6 +390,8 @@ AB_VARIANTS = {
     "exact-div": {"approx_keys_override": False, "fma_keys_override": False},  # exact keys through div_rn
     "bias-early": {"bias_early_override": True},  # the bias load pinned before the scoring (rows on warps)
     "no-bias-early": {"bias_early_override": False},  # ... left where ptxas puts it
+    "scalar-checks": {"scalar_checks_override": True},  # one row a program: checks on the rounds' scalars
+    "vector-checks": {"scalar_checks_override": False},  # ... on the round words' vector after the rounds
     "winners-in-regs": {"winners_in_regs_override": True},  # one row a thread: winners' logits from registers
     "winners-reloaded": {"winners_in_regs_override": False},  # ... read again after the selection
     "fat-params": {"lean_params_override": False},  # every kernel argument passed, used or not (34 parameters)

@@ -193,6 +193,18 @@ bias_early_override: bool | None = None
 # winners_in_regs_override (the tests, the benchmark's A/B: --ab-variants winners-in-regs,winners-reloaded).
 THREAD_WINNERS_IN_REGS = True
 winners_in_regs_override: bool | None = None
+# One row a one-warp program: the round words' checks (strictly decreasing winners, the clamp, the fast keys'
+# margins) run on each round's scalar as it comes, and the row's own flags (fast / FMA key band, dead lanes, raw-bit
+# rows) go into its first word, instead of vector checks and reductions after the rounds: a shorter chain for
+# launches whose one warp an SM waits on every step (sass_count.py --cycles: DeepSeek-V3 T=1 1999 -> 1874 cycles),
+# ~9 more instructions a column where launches are bound by issue. H200 run 75 (BENCHMARKS.md), scalar / vector:
+# DeepSeek-V3 fp32 T=1 1.55 / 1.60 us, T=256 1.83 / 1.89, T=1024 2.41 / 2.46; Kimi-K2 T=16 1.63 / 1.74; DeepSeek-V4
+# T=256 2.08 / 2.16; 512 top-22 T=256 2.83 / 2.93 but T=1024 3.69 / 3.62, T=4096 9.39 / 8.48. Where T * K is at most
+# SCALAR_CHECKS_MAX_TOKEN_COLUMNS (the kernel's SCALAR_CHECKS). Not for logit keys (Qwen3 T=16 1.42 / 1.36: their
+# margin is a longer float expression a column) nor several warps a row (896 top-16 T=256 4.23 / 3.94). Forced on or
+# off by the override where a one-row program can take it (tests, the benchmark's A/B).
+SCALAR_CHECKS_MAX_TOKEN_COLUMNS = 8192
+scalar_checks_override: bool | None = None
 # Arguments that the launch's constexprs turn off (absent tensors and their strides, unused scalars) are passed as
 # None, so that Triton leaves them out of the kernel's parameters: a launch without padding, placement or capture
 # then carries 8-10 parameters (52-64 bytes) instead of 34 (200). H200 runs 61 and 64 (BENCHMARKS.md) timed it level
@@ -457,6 +469,13 @@ def _launch(
         bias_early = bias_early_able and bias_early_override
     winners_in_regs = bool(spec.THREAD_ROWS) and logit_keys and (
         THREAD_WINNERS_IN_REGS if winners_in_regs_override is None else winners_in_regs_override)
+    scalar_checks_able = spec.block_m == 1 and not (select_truncated or approx_repair or spec.THREAD_ROWS
+                                                    or spec.SPLIT_ROWS or spec.HASH)
+    if scalar_checks_override is not None:
+        scalar_checks = scalar_checks_able and scalar_checks_override
+    else:
+        scalar_checks = (scalar_checks_able and spec.num_warps == 1 and not logit_keys
+                         and T * spec.K <= SCALAR_CHECKS_MAX_TOKEN_COLUMNS)
     use_pdl = _use_pdl(logits.device, T, bool(spec.THREAD_ROWS), spec.SPLIT_ROWS, spec.num_warps)
     extra = {"launch_pdl": True} if use_pdl else {}
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
@@ -518,7 +537,7 @@ def _launch(
         PAIR_EXACT=bool(spec.SPLIT_ROWS and logit_keys and (SPLIT_PAIR_EXACT if split_pair_exact_override is None
                                                               else split_pair_exact_override)),
         FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None, FMA_KEYS=fma_keys,
-        BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs,
+        BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs, SCALAR_CHECKS=scalar_checks,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )

@@ -401,6 +401,36 @@ def _word_key(bits, RAW_BITS: tl.constexpr):
 
 
 @triton.jit
+def _column_checks(w, wn, c: tl.constexpr, base, bias_mag, m_row, K: tl.constexpr, LANE_BITS: tl.constexpr,
+                   DIST_SHIFT: tl.constexpr, SCORING: tl.constexpr, APPROX_KEYS: tl.constexpr,
+                   LOGIT_KEYS: tl.constexpr, RAW_BITS: tl.constexpr):
+    """SCALAR_CHECKS: whether output column c (< K) of one row a program makes the row ambiguous, from its round
+    word w and the next round's word wn (INT32_MIN past the rounds): the checks that the vector form runs on every
+    column at once after the rounds (their comments say why each holds), here on the rounds' scalars as they come.
+    (Winners without a strictly lower next word cannot occur before column K - 1 on the configs route() accepts,
+    which keep at least K allowed lanes: the check stays as a guard, as in the vector form.)"""
+    d = w >> LANE_BITS
+    dn = wn >> LANE_BITS
+    has_next = (wn >= 0) & (wn < w)
+    amb = w < 0
+    if c < K - 1:
+        amb = amb | (has_next == 0)
+    if APPROX_KEYS:
+        k_lo = _word_key(base + (d << DIST_SHIFT), RAW_BITS)
+        k_next = _word_key(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1), RAW_BITS)
+        amb = amb | (d == 0) | (has_next & (_separated(k_lo, k_next, 1, SCORING, bias_mag) == 0))
+    elif LOGIT_KEYS:
+        k_lo = _key_of32(base + (d << DIST_SHIFT))
+        k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
+        amb = amb | (d == 0) | (k_lo < m_row - 75.0) | (has_next & _logit_keys_close(k_lo, k_next, m_row))
+    elif DIST_SHIFT > 0:
+        amb = amb | (has_next & (d == dn))
+    elif c == K - 1:
+        amb = amb | (d == 0)
+    return amb
+
+
+@triton.jit
 def _top2_combine(a1, a2, b1, b2):
     """The two largest of two (largest, second) pairs, a repeated largest counted twice."""
     return tl.maximum(a1, b1), tl.maximum(tl.minimum(a1, b1), tl.maximum(a2, b2))
@@ -1091,6 +1121,7 @@ def _route_kernel(
     FMA_KEYS: tl.constexpr,  # sigmoid / sqrt-softplus keys in their FMA forms (flagged rows redo them exactly)
     BIAS_EARLY: tl.constexpr,  # rows on warps with a bias: its load pinned before the scoring (small launches)
     WINNERS_IN_REGS: tl.constexpr,  # one row a thread, logit keys: the winners' logits from registers, not a reload
+    SCALAR_CHECKS: tl.constexpr,  # one row a program: the rounds' checks on their scalars as they come (small T)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
@@ -1100,6 +1131,8 @@ def _route_kernel(
     tl.static_assert(not (FMA_KEYS and (TILE_WEIGHTS or TRUNCATE_WORDS or THREAD_ROWS or SPLIT_ROWS > 0 or HASH)))
     tl.static_assert(not (APPROX_KEYS and (TILE_WEIGHTS or TRUNCATE_WORDS or SELECT_LOGITS or LOGIT_KEYS or HASH)))
     tl.static_assert(not (BIAS_EARLY and (not HAS_BIAS or HASH or THREAD_ROWS or SPLIT_ROWS > 0)))
+    tl.static_assert(not (SCALAR_CHECKS and (BLOCK_M != 1 or TRUNCATE_WORDS or APPROX_REPAIR or THREAD_ROWS
+                                             or SPLIT_ROWS > 0 or HASH)))
     if USE_PDL:
         # Nothing is read before the previous kernel's writes are visible. The next kernel may start its launch
         # now (PDL_TRIGGER 0) or after the selection (1); it waits for this one to finish in its own gdc_wait.
@@ -1265,10 +1298,31 @@ def _route_kernel(
             # INT32_MIN (a row that needs them, with fewer than K allowed lanes, takes the exact path).
             fast = tl.where(allowed, (dist << LANE_BITS) | inv[None, :], INT32_MIN)  # [1, BW]
             f_col = tl.arange(0, BLOCK_KC)
+            # What makes the row ambiguous whatever its round words: rows the fast keys or words cannot take.
+            row_flags = hi_max != hi_max  # False
+            if FMA_KEYS:
+                row_flags = row_flags | (tl.max(fma_band.to(tl.int32), axis=0) > 0)
+            if DEAD_BY_ROW:
+                # Also the rows of a +inf logit, whose FMA square root (sqrt-softplus) is NaN.
+                row_flags = row_flags | (tl.max(row_dead.to(tl.int32), axis=0) > 0)
+            if RAW_BITS:
+                row_flags = row_flags | (hi_max < span)
+                if KEEP_IN_WORDS:
+                    row_flags = row_flags | (tl.max(raw_bad.to(tl.int32), axis=0) > 0)
+            if APPROX_KEYS and N_GROUP > 1:
+                g_sep = _separated(tl.sum(kept_min, axis=0), tl.sum(dropped_max, axis=0), 2, SCORING, bias_mag)
+                row_flags = row_flags | (g_sep == 0)
+            m_row = tl.sum(row_max, axis=0)
             best = tl.max(tl.max(fast, axis=1), axis=0)
+            if SCALAR_CHECKS:
+                # The row's flags go into its first word (a negative first word is ambiguous): they are then
+                # reduced while the words are built, not after the rounds.
+                best = tl.where(row_flags, INT32_MIN, best)
             wk = tl.where(f_col == 0, best, INT32_MIN)  # round i's word at i
             ROUNDS: tl.constexpr = K + 2 if APPROX_REPAIR else (K + 1 if (DIST_SHIFT > 0 or APPROX_KEYS or LOGIT_KEYS)
                                                                  else K)
+            amb_s = hi_max != hi_max  # False; column 0 is checked with round 1 (or after the loop)
+            prev = best
             for i in tl.static_range(1, ROUNDS):
                 # The next word down without marking the winners: word - best, as unsigned, is above 2**31
                 # for the allowed words under best (larger for larger words), and at most 2**31 for best
@@ -1279,6 +1333,14 @@ def _route_kernel(
                 step = tl.max(tl.max((fast - best).to(tl.uint32, bitcast=True), axis=1), axis=0)
                 best = best + step.to(tl.int32, bitcast=True)
                 wk = tl.where(f_col == i, best, wk)
+                if SCALAR_CHECKS:
+                    # Column i - 1 against its next word, as soon as that is known (the rounds' scalars).
+                    amb_s = amb_s | _column_checks(prev, best, i - 1, base, bias_mag, m_row, K, LANE_BITS, DIST_SHIFT,
+                                                   SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS)
+                    prev = best
+            if SCALAR_CHECKS and ROUNDS == K:
+                amb_s = amb_s | _column_checks(prev, INT32_MIN, K - 1, base, bias_mag, m_row, K, LANE_BITS, DIST_SHIFT,
+                                               SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS)
             # Round i + 1's word at i: wk one column on (a shuffle; the launcher gives one row a program a column
             # for each round), INT32_MIN past the rounds.
             tl.static_assert(ROUNDS <= BLOCK_KC, "one row a program keeps every round's word in wk")
@@ -1315,26 +1377,16 @@ def _route_kernel(
                 # the winner's lowest and the next word's highest (never equal then); a clamped d says nothing.
                 k_lo = _key_of32(base + (d << DIST_SHIFT))
                 k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
-                m_row = tl.sum(row_max, axis=0)
                 close = _logit_keys_close(k_lo, k_next, m_row)
                 amb = amb | (cur & ((d == 0) | (k_lo < m_row - 75.0) | (has_next & close)))
             elif DIST_SHIFT > 0:
                 amb = amb | (cur & has_next & (d == dn))  # two adjacent winners with equal distance bits
             else:
                 amb = amb | ((f_col == K - 1) & (d == 0))  # the K-th winner's distance clamped to 0
-            ambiguous = tl.max(amb.to(tl.int32), axis=0) > 0
-            if FMA_KEYS:
-                ambiguous = ambiguous | (tl.max(fma_band.to(tl.int32), axis=0) > 0)
-            if DEAD_BY_ROW:
-                # Also the rows of a +inf logit, whose FMA square root (sqrt-softplus) is NaN.
-                ambiguous = ambiguous | (tl.max(row_dead.to(tl.int32), axis=0) > 0)
-            if RAW_BITS:
-                ambiguous = ambiguous | (hi_max < span)
-                if KEEP_IN_WORDS:
-                    ambiguous = ambiguous | (tl.max(raw_bad.to(tl.int32), axis=0) > 0)
-            if APPROX_KEYS and N_GROUP > 1:
-                g_sep = _separated(tl.sum(kept_min, axis=0), tl.sum(dropped_max, axis=0), 2, SCORING, bias_mag)
-                ambiguous = ambiguous | (g_sep == 0)
+            if SCALAR_CHECKS:
+                ambiguous = amb_s
+            else:
+                ambiguous = (tl.max(amb.to(tl.int32), axis=0) > 0) | row_flags
             e_ids = tl.where(cur, (BLOCK_W - 1) - (wk & (BLOCK_W - 1)), 0)  # lanes
             if APPROX_REPAIR:
                 repair = (tl.max(close_any.to(tl.int32), axis=0) > 0) & (ambiguous == 0)
