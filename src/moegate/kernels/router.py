@@ -196,7 +196,7 @@ winners_in_regs_override: bool | None = None
 # One row a one-warp program: the round words' checks (strictly decreasing winners, the clamp, the fast keys'
 # margins) run on each round's scalar as it comes, and the row's own flags (fast / FMA key band, dead lanes, raw-bit
 # rows) go into its first word, instead of vector checks and reductions after the rounds: a shorter chain for
-# launches whose one warp an SM waits on every step (sass_count.py --cycles: DeepSeek-V3 T=1 1999 -> 1874 cycles),
+# launches whose one warp an SM waits on every step (sass_count.py --cycles: DeepSeek-V3 T=1 2013 -> 1874 cycles),
 # ~9 more instructions a column where launches are bound by issue. H200 run 75 (BENCHMARKS.md), scalar / vector:
 # DeepSeek-V3 fp32 T=1 1.55 / 1.60 us, T=256 1.83 / 1.89, T=1024 2.41 / 2.46; Kimi-K2 T=16 1.63 / 1.74; DeepSeek-V4
 # T=256 2.08 / 2.16; 512 top-22 T=256 2.83 / 2.93 but T=1024 3.69 / 3.62, T=4096 9.39 / 8.48. Where T * K is at most

@@ -401,6 +401,27 @@ def _word_key(bits, RAW_BITS: tl.constexpr):
 
 
 @triton.jit
+def _row_flags(flags, hi_max, span, fma_band, row_dead, raw_bad, kept_min, dropped_max, bias_mag,
+               SCORING: tl.constexpr, N_GROUP: tl.constexpr, FMA_KEYS: tl.constexpr, DEAD_BY_ROW: tl.constexpr,
+               RAW_BITS: tl.constexpr, KEEP_IN_WORDS: tl.constexpr, APPROX_KEYS: tl.constexpr):
+    """One row a program: `flags` (a scalar) or what makes the row ambiguous whatever its round words: a logit below
+    the FMA keys' band, a dead lane (DEAD_BY_ROW; also a +inf logit, whose FMA square root is NaN), a row whose raw
+    key bits may misorder (RAW_BITS), groups closer than the fast keys' error."""
+    if FMA_KEYS:
+        flags = flags | (tl.max(fma_band.to(tl.int32), axis=0) > 0)
+    if DEAD_BY_ROW:
+        flags = flags | (tl.max(row_dead.to(tl.int32), axis=0) > 0)
+    if RAW_BITS:
+        flags = flags | (hi_max < span)
+        if KEEP_IN_WORDS:
+            flags = flags | (tl.max(raw_bad.to(tl.int32), axis=0) > 0)
+    if APPROX_KEYS and N_GROUP > 1:
+        g_sep = _separated(tl.sum(kept_min, axis=0), tl.sum(dropped_max, axis=0), 2, SCORING, bias_mag)
+        flags = flags | (g_sep == 0)
+    return flags
+
+
+@triton.jit
 def _column_checks(w, wn, c: tl.constexpr, base, bias_mag, m_row, K: tl.constexpr, LANE_BITS: tl.constexpr,
                    DIST_SHIFT: tl.constexpr, SCORING: tl.constexpr, APPROX_KEYS: tl.constexpr,
                    LOGIT_KEYS: tl.constexpr, RAW_BITS: tl.constexpr):
@@ -1255,6 +1276,12 @@ def _route_kernel(
         KEEP_IN_WORDS: tl.constexpr = (BLOCK_M == 1) and (not TRUNCATE_WORDS) and (N_GROUP > 1) and (not GROUP_ZERO)
         RAW_BITS: tl.constexpr = DEAD_BY_ROW and (not APPROX_REPAIR) and ((N_GROUP == 1) or KEEP_IN_WORDS)
         dead_keys = dead
+        # The row flags' defaults where their paths are off (_row_flags reads only those that are on).
+        row_dead = tl.zeros([BLOCK_M], dtype=tl.int1)
+        fma_band = row_dead
+        raw_bad = row_dead
+        kept_min = tl.zeros([BLOCK_M], dtype=tl.float32)
+        dropped_max = kept_min
         if DEAD_BY_ROW:
             dead_keys = ok2 == 0
             x_sum = tl.sum(tl.where(ok2, x_raw, 0.0), axis=1)  # [BM]
@@ -1298,25 +1325,14 @@ def _route_kernel(
             # INT32_MIN (a row that needs them, with fewer than K allowed lanes, takes the exact path).
             fast = tl.where(allowed, (dist << LANE_BITS) | inv[None, :], INT32_MIN)  # [1, BW]
             f_col = tl.arange(0, BLOCK_KC)
-            # What makes the row ambiguous whatever its round words: rows the fast keys or words cannot take.
-            row_flags = hi_max != hi_max  # False
-            if FMA_KEYS:
-                row_flags = row_flags | (tl.max(fma_band.to(tl.int32), axis=0) > 0)
-            if DEAD_BY_ROW:
-                # Also the rows of a +inf logit, whose FMA square root (sqrt-softplus) is NaN.
-                row_flags = row_flags | (tl.max(row_dead.to(tl.int32), axis=0) > 0)
-            if RAW_BITS:
-                row_flags = row_flags | (hi_max < span)
-                if KEEP_IN_WORDS:
-                    row_flags = row_flags | (tl.max(raw_bad.to(tl.int32), axis=0) > 0)
-            if APPROX_KEYS and N_GROUP > 1:
-                g_sep = _separated(tl.sum(kept_min, axis=0), tl.sum(dropped_max, axis=0), 2, SCORING, bias_mag)
-                row_flags = row_flags | (g_sep == 0)
             m_row = tl.sum(row_max, axis=0)
             best = tl.max(tl.max(fast, axis=1), axis=0)
             if SCALAR_CHECKS:
                 # The row's flags go into its first word (a negative first word is ambiguous): they are then
                 # reduced while the words are built, not after the rounds.
+                row_flags = _row_flags(hi_max != hi_max, hi_max, span, fma_band, row_dead, raw_bad, kept_min,
+                                       dropped_max, bias_mag, SCORING, N_GROUP, FMA_KEYS, DEAD_BY_ROW, RAW_BITS,
+                                       KEEP_IN_WORDS, APPROX_KEYS)
                 best = tl.where(row_flags, INT32_MIN, best)
             wk = tl.where(f_col == 0, best, INT32_MIN)  # round i's word at i
             ROUNDS: tl.constexpr = K + 2 if APPROX_REPAIR else (K + 1 if (DIST_SHIFT > 0 or APPROX_KEYS or LOGIT_KEYS)
@@ -1385,8 +1401,10 @@ def _route_kernel(
                 amb = amb | ((f_col == K - 1) & (d == 0))  # the K-th winner's distance clamped to 0
             if SCALAR_CHECKS:
                 ambiguous = amb_s
-            else:
-                ambiguous = (tl.max(amb.to(tl.int32), axis=0) > 0) | row_flags
+            else:  # (the row's flags after the rounds here: reduced before them, they took a register more)
+                ambiguous = _row_flags(tl.max(amb.to(tl.int32), axis=0) > 0, hi_max, span, fma_band, row_dead,
+                                       raw_bad, kept_min, dropped_max, bias_mag, SCORING, N_GROUP, FMA_KEYS,
+                                       DEAD_BY_ROW, RAW_BITS, KEEP_IN_WORDS, APPROX_KEYS)
             e_ids = tl.where(cur, (BLOCK_W - 1) - (wk & (BLOCK_W - 1)), 0)  # lanes
             if APPROX_REPAIR:
                 repair = (tl.max(close_any.to(tl.int32), axis=0) > 0) & (ambiguous == 0)
