@@ -231,8 +231,24 @@ def issue_timeline(compiled, gather_latency: int | None = None) -> list[tuple[fl
     return out
 
 
+def control_agreement(compiled) -> tuple[int, int]:
+    """(matching, compared): _disassemble's control codes against those of Triton's own SASS listing (its
+    `asm["sass"]`, whose control field is wait mask (decimal) : read : write : yield : stall (hex); the listing stops
+    at 4096 instructions)."""
+    _seq, _labels, control = _disassemble(compiled, with_control=True)
+    listed = [ln.split("\t", 1)[0] for ln in compiled.asm["sass"].splitlines() if re.match(r"^[-0-9]{2}:", ln)]
+    same = 0
+    for (wait, read, write, stall), code in zip(control, listed):
+        w, r, wr, _y, st = code.split(":")
+        same += ((0 if w == "--" else int(w)) == wait and (7 if r == "-" else int(r)) == read
+                 and (7 if wr == "-" else int(wr)) == write and int(st, 16) == stall)
+    return same, min(len(control), len(listed))
+
+
 def print_cycles(compiled, gather_latency: int | None) -> None:
     """The modelled cycles of one warp's fast path, and the source lines whose instructions waited longest."""
+    same, compared = control_agreement(compiled)
+    print(f"    control codes: {same} of {compared} as in Triton's listing")
     timeline = issue_timeline(compiled, gather_latency)
     src = open(rk.__file__).read().splitlines()
     kernel_file = os.path.basename(rk.__file__)
