@@ -422,32 +422,38 @@ def _row_flags(flags, hi_max, span, fma_band, row_dead, raw_bad, kept_min, dropp
 
 
 @triton.jit
-def _column_checks(w, wn, c: tl.constexpr, base, bias_mag, m_row, K: tl.constexpr, LANE_BITS: tl.constexpr,
+def _column_checks(w, wn, c, base, bias_mag, m_row, K: tl.constexpr, LANE_BITS: tl.constexpr,
                    DIST_SHIFT: tl.constexpr, SCORING: tl.constexpr, APPROX_KEYS: tl.constexpr,
-                   LOGIT_KEYS: tl.constexpr, RAW_BITS: tl.constexpr):
-    """SCALAR_CHECKS: whether output column c (< K) of one row a program makes the row ambiguous, from its round
-    word w and the next round's word wn (INT32_MIN past the rounds): the checks that the vector form runs on every
-    column at once after the rounds (their comments say why each holds), here on the rounds' scalars as they come.
-    (Winners without a strictly lower next word cannot occur before column K - 1 on the configs route() accepts,
-    which keep at least K allowed lanes: the check stays as a guard, as in the vector form.)"""
+                   LOGIT_KEYS: tl.constexpr, RAW_BITS: tl.constexpr, MARGIN: tl.constexpr = True):
+    """Whether output column c (< K) of one row a program makes the row ambiguous, from its round word w and the next
+    round's word wn (INT32_MIN past the rounds). Both forms of step 5's checks call it: the vector form on every
+    column at once after the rounds (w, wn, c the columns' vectors), SCALAR_CHECKS on the rounds' scalars as they
+    come (c a constant). MARGIN: with the fast keys' margin between adjacent winners (_approx_repair takes it apart).
+    Winners are allowed lanes in strictly decreasing words; a next word that is not below means the rounds ran out of
+    allowed lanes, which the configs route() accepts cannot do before column K - 1 (a guard)."""
     d = w >> LANE_BITS
     dn = wn >> LANE_BITS
     has_next = (wn >= 0) & (wn < w)
-    amb = w < 0
-    if c < K - 1:
-        amb = amb | (has_next == 0)
+    amb = (w < 0) | ((c < K - 1) & (has_next == 0))
     if APPROX_KEYS:
-        k_lo = _word_key(base + (d << DIST_SHIFT), RAW_BITS)
-        k_next = _word_key(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1), RAW_BITS)
-        amb = amb | (d == 0) | (has_next & (_separated(k_lo, k_next, 1, SCORING, bias_mag) == 0))
+        # Winner c's key bits lie in [base + (d << S), base + (d << S) + 2**S - 1]. The order of the approximate keys
+        # is the exact order where each winner clears the next one by the keys' error on both sides; a clamped
+        # distance (d = 0) says nothing.
+        amb = amb | (d == 0)
+        if MARGIN:
+            k_lo = _word_key(base + (d << DIST_SHIFT), RAW_BITS)
+            k_next = _word_key(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1), RAW_BITS)
+            amb = amb | (has_next & (_separated(k_lo, k_next, 1, SCORING, bias_mag) == 0))
     elif LOGIT_KEYS:
+        # The winners' logits from their words: exact at DIST_SHIFT 0 (equal words, equal logits), else the winner's
+        # lowest and the next word's highest (never equal then); a clamped d says nothing.
         k_lo = _key_of32(base + (d << DIST_SHIFT))
         k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
         amb = amb | (d == 0) | (k_lo < m_row - 75.0) | (has_next & _logit_keys_close(k_lo, k_next, m_row))
     elif DIST_SHIFT > 0:
-        amb = amb | (has_next & (d == dn))
-    elif c == K - 1:
-        amb = amb | (d == 0)
+        amb = amb | (has_next & (d == dn))  # two adjacent winners with equal distance bits
+    else:
+        amb = amb | ((c == K - 1) & (d == 0))  # the K-th winner's distance clamped to 0
     return amb
 
 
@@ -1351,8 +1357,8 @@ def _route_kernel(
                 wk = tl.where(f_col == i, best, wk)
                 if SCALAR_CHECKS:
                     # Column i - 1 against its next word, as soon as that is known (the rounds' scalars).
-                    amb_s = amb_s | _column_checks(prev, best, i - 1, base, bias_mag, m_row, K, LANE_BITS, DIST_SHIFT,
-                                                   SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS)
+                    amb_s = amb_s | _column_checks(prev, best, i - 1, base, bias_mag, m_row, K, LANE_BITS,
+                                                   DIST_SHIFT, SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS)
                     prev = best
             if SCALAR_CHECKS and ROUNDS == K:
                 amb_s = amb_s | _column_checks(prev, INT32_MIN, K - 1, base, bias_mag, m_row, K, LANE_BITS, DIST_SHIFT,
@@ -1363,42 +1369,22 @@ def _route_kernel(
             wn = tl.gather(wk, tl.minimum(f_col + 1, BLOCK_KC - 1), 0)
             wn = tl.where(f_col + 1 < ROUNDS, wn, INT32_MIN)
             cur = f_col < K
-            d = wk >> LANE_BITS
-            dn = wn >> LANE_BITS
-            # Winners are allowed lanes in strictly decreasing words; a (K + 1)-th word that is not below
-            # the K-th (the rounds ran out of allowed lanes) means no competitor.
-            has_next = (wn >= 0) & (wn < wk)
-            amb = cur & ((wk < 0) | ((f_col < K - 1) & (has_next == 0)))
+            amb = cur & _column_checks(wk, wn, f_col, base, bias_mag, m_row, K, LANE_BITS, DIST_SHIFT, SCORING,
+                                       APPROX_KEYS, LOGIT_KEYS, RAW_BITS, not APPROX_REPAIR)
             close_any = f_col < 0  # close winners for _approx_repair (none without it)
-            if APPROX_KEYS:
-                # Winner i's key bits lie in [base + (d << S), base + (d << S) + 2**S - 1]. The order of the
-                # approximate keys is the exact order where each winner clears the next one by the keys'
-                # error on both sides; a clamped distance (d = 0) says nothing.
+            if APPROX_REPAIR:
+                tl.static_assert((N_GROUP == 1) and (BLOCK_KC >= K + 2), "the repair takes K + 2 words, no groups")
+                # Close winners (under the keys' margin) are reordered on exact keys (_approx_repair), which needs
+                # K + 2 words in strictly decreasing order; otherwise, as without the repair, the whole row is redone.
+                d = wk >> LANE_BITS
+                has_next = (wn >= 0) & (wn < wk)
                 k_lo = _word_key(base + (d << DIST_SHIFT), RAW_BITS)
-                k_next = _word_key(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1), RAW_BITS)
+                k_next = _word_key(base + ((wn >> LANE_BITS) << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1), RAW_BITS)
                 close = cur & has_next & (_separated(k_lo, k_next, 1, SCORING, bias_mag) == 0)
-                amb = amb | (cur & (d == 0))
-                if APPROX_REPAIR:
-                    tl.static_assert((N_GROUP == 1) and (BLOCK_KC >= K + 2), "the repair takes K + 2 words, no groups")
-                    # Close winners are reordered on exact keys (_approx_repair), which needs K + 2 words in
-                    # strictly decreasing order; otherwise, as without the repair, the whole row is redone.
-                    c2 = f_col < K + 2
-                    c_bad = c2 & ((wk < 0) | ((f_col < K + 1) & ((wn < 0) | (wn >= wk))))
-                    close_any = close
-                    amb = amb | (close & (tl.max(c_bad.to(tl.int32), axis=0) > 0))
-                else:
-                    amb = amb | close
-            elif LOGIT_KEYS:
-                # The winners' logits from their words: exact at DIST_SHIFT 0 (equal words, equal logits), else
-                # the winner's lowest and the next word's highest (never equal then); a clamped d says nothing.
-                k_lo = _key_of32(base + (d << DIST_SHIFT))
-                k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
-                close = _logit_keys_close(k_lo, k_next, m_row)
-                amb = amb | (cur & ((d == 0) | (k_lo < m_row - 75.0) | (has_next & close)))
-            elif DIST_SHIFT > 0:
-                amb = amb | (cur & has_next & (d == dn))  # two adjacent winners with equal distance bits
-            else:
-                amb = amb | ((f_col == K - 1) & (d == 0))  # the K-th winner's distance clamped to 0
+                c2 = f_col < K + 2
+                c_bad = c2 & ((wk < 0) | ((f_col < K + 1) & ((wn < 0) | (wn >= wk))))
+                close_any = close
+                amb = amb | (close & (tl.max(c_bad.to(tl.int32), axis=0) > 0))
             if SCALAR_CHECKS:
                 ambiguous = amb_s
             else:  # (the row's flags after the rounds here: reduced before them, they took a register more)
@@ -1425,7 +1411,7 @@ def _route_kernel(
             if WORD_LOGITS:
                 # A winner's word holds its logit's bits exactly (distance below the best, no shift) unless
                 # the distance was clamped, and then the row is ambiguous: no second, dependent read.
-                e_x = tl.where(cur, _key_of32(base + d), float("-inf"))
+                e_x = tl.where(cur, _key_of32(base + (wk >> LANE_BITS)), float("-inf"))
             if ambiguous:
                 hi_x = hi
                 if KEEP_IN_WORDS:  # the exact keys of the fast path (no fast or FMA keys): drop the groups here
