@@ -15,6 +15,10 @@ weights the unbiased scores renormalised and scaled.
 Only what it needs to be timed: sigmoid + bias, top2_sum groups, "exclude", renormalize, rsf on the weights, one
 row a program, no NaN rule, no padding, no placement. It is not a router of moegate; it says whether a row
 spread over several warps without rounds can reach the issue's 0.3 us over the floor at T <= 64.
+
+H200 run 78 (BENCHMARKS.md): it cannot, in Triton. Every broadcast across an axis and every reduction over warps
+goes through shared memory (44 barriers; 1016 SASS instructions a warp on 8 warps), and the probe takes 3.13 us at
+T = 1 on 8 warps (3.37 on 4) where the router takes 1.54 and the floor 0.69.
 """
 
 import argparse
@@ -156,11 +160,11 @@ def bench(tokens, warps_list, rep):
         for warps in warps_list:
             w = torch.empty(T, 8, device="cuda")
             i = torch.empty(T, 8, dtype=torch.int32, device="cuda")
-            times[f"rank-{warps}w"] = _time(lambda: launch(logits, bias, w, i, warps, pdl=True), rep)
+            t = _time(lambda: launch(logits, bias, w, i, warps, pdl=True), rep)
             ok = torch.equal(i.long(), out[1].long()) and torch.allclose(w, out[0], rtol=1e-6, atol=0)
-            times[f"rank-{warps}w"] = (times[f"rank-{warps}w"], "ok" if ok else "DIFFERS")
-        print(f"T={T:6d} " + "  ".join(f"{k} {v if isinstance(v, tuple) else (v,)}" for k, v in times.items()),
-              flush=True)
+            times[f"rank-{warps}w"] = f"{t:.2f}" + ("" if ok else " (routes otherwise)")
+        cells = (f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in times.items())
+        print(f"T={T:6d} " + "  ".join(cells), flush=True)
 
 
 def main(argv=None):
