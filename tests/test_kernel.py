@@ -252,6 +252,26 @@ def test_ties_go_to_the_lower_id():
             assert got.ids[0].tolist() == list(range(6))
 
 
+@pytest.mark.parametrize("selection,scoring", [("logits", "sigmoid"), ("logits", "softmax"), ("scores", "softmax"),
+                                               ("scores", "sigmoid")])
+def test_saturated_softcap(selection, scoring):
+    """A saturating softcap. x / c = 20 and 30 cap to c * 1.0 exactly: those keys tie (lower id first). Selected on
+    the logits, x / c = 8.887 caps to c * (1 - 2**-24), the float below, one ulp under them: the interpreter's tanh
+    once rounded it to 1.0 too (from |x / c| ~ 8.7; tanh's float is 1 - 2**-24 up to ~9.01) and routed such rows
+    otherwise. (On scores two keys an ulp apart may score alike: scores take only the exact ties.)"""
+    g = torch.Generator().manual_seed(11)
+    E, K, c = (64 if FULL else 16), 6, 1.5
+    config = RouterConfig(E, K, selection=selection, scoring=scoring, softcap=c)
+    below = 8.887 if selection == "logits" else 3.0
+    levels = torch.tensor([20.0, 30.0, below, 0.25, -20.0]) * c
+    logits = levels[torch.randint(0, len(levels), (37, E), generator=g)].to(DEVICE)
+    logits[0] = levels[2]
+    logits[0, E - 1] = levels[0]  # the last id above the rest: first
+    logits[0, E - 2] = levels[1]  # ... tied with it, and a lower id: before it
+    got, want = run_both(logits, config)
+    assert got.ids[0].tolist() == [E - 2, E - 1] + list(range(K - 2))
+
+
 def test_nan_and_neg_inf_rows():
     """NaN/-inf logits score 0, key -inf, below every real key; an all-NaN row gives weights 0."""
     g = torch.Generator().manual_seed(4)

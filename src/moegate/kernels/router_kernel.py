@@ -90,10 +90,18 @@ def _tanh(y, ACCURATE: tl.constexpr):
     if ACCURATE:
         t = libdevice.tanh(y)
     else:
-        e = tl.exp(-2.0 * tl.abs(y))
-        t = (1.0 - e) / (1.0 + e)
+        # Relative accuracy at both ends (the interpreter has no libdevice): (1 - e) / (1 + e) rounded to 1.0
+        # from |y| ~ 8.3, where tanh is 1 - 2**-24 up to |y| ~ 9, and a saturated softcap's keys then tied.
+        # |y| >= 0.5: 1 - 2 / (exp(2|y|) + 1) (exp overflows to inf: 1). Below: u / (u + 2) with u = expm1(2|y|)
+        # by Kahan's (E - 1) * z / log(E), which cancels the rounding of E = exp(z).
+        a = tl.abs(y)
+        z = 2.0 * tl.minimum(a, 0.5)
+        big = 1.0 - 2.0 / (tl.exp(2.0 * a) + 1.0)
+        ez = tl.exp(z)
+        u = tl.where(ez == 1.0, z, (ez - 1.0) * z / tl.log(tl.where(ez == 1.0, 2.0, ez)))
+        t = tl.where(a >= 0.5, big, u / (u + 2.0))
         t = tl.where(y < 0, -t, t)
-        t = tl.where(y != y, y, t)
+        t = tl.where((y != y) | (y == 0.0), y, t)  # NaN, and -0.0 keeps its sign
     return t
 
 
