@@ -1807,6 +1807,12 @@ def test_unsupported_configs_raise_before_launch():
     with pytest.raises(ValueError, match="packed_out"):
         route_triton(torch.zeros(2, 1000, device=DEVICE), RouterConfig(1000, 2), ExpertLayout(placement=placement),
                      packed_out=torch.zeros(2, 2, dtype=torch.int32, device=DEVICE))
+    out = poisoned_out(2, 2)
+    for packed in (out[1], out[0].view(torch.int32)):  # packed words on the ids' or the weights' memory
+        with pytest.raises(ValueError, match="packed_out overlaps out"):
+            route_triton(torch.zeros(2, 8, device=DEVICE), RouterConfig(8, 2), ExpertLayout(), out=out,
+                         packed_out=packed)
+    assert torch.isnan(out[0]).all() and (out[1] == -7).all()
     with pytest.raises(ValueError, match="replicas"):
         many = ExpertPlacement(tuple(i % 4 for i in range(400)), 4)
         route(torch.zeros(2, 4, device=DEVICE), RouterConfig(4, 2), ExpertLayout(placement=many), backend="triton")

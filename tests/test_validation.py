@@ -59,6 +59,10 @@ def test_bad_layouts():
 
 
 CFG = RouterConfig(num_experts=8, top_k=2, num_shared_experts=1)
+# Outputs that alias: both on one buffer, on overlapping halves of one, on the logits' memory.
+_BUF = torch.zeros(4, 2)
+_BUF2 = torch.zeros(12)
+_BUF3 = torch.zeros(32)
 
 
 def call(**kw):
@@ -103,6 +107,10 @@ def call(**kw):
         (dict(out=(torch.zeros(4, 2), torch.zeros(4, 2, dtype=torch.int64))), TypeError, "out"),
         (dict(layout=ExpertLayout(shared_slots="global"),
               out=(torch.zeros(4, 2), torch.zeros(4, 2, dtype=torch.int32))), ValueError, "out"),
+        (dict(out=(_BUF, _BUF.view(torch.int32))), ValueError, r"out\[0\] \(weights\) and out\[1\] \(ids\) overlap"),
+        (dict(out=(_BUF2[:8].view(4, 2), _BUF2[4:].view(torch.int32).view(4, 2))), ValueError, "overlap"),
+        (dict(logits=_BUF3.view(4, 8), out=(_BUF3[8:16].view(4, 2), torch.zeros(4, 2, dtype=torch.int32))),
+         ValueError, r"out\[0\] \(weights\) overlaps the logits"),
         (dict(recorder=RoutingRecorder(1, 3, 2, 8)), ValueError, "max_tokens"),
         (dict(recorder=RoutingRecorder(1, 8, 3, 8)), ValueError, "top_k"),
         (dict(recorder=RoutingRecorder(1, 8, 2, 8), layer=1), ValueError, "layer"),
@@ -138,6 +146,37 @@ def test_hash_table_is_checked_once_and_again_after_an_inplace_change():
     table[1, 1] = 2  # now repeats within a row
     with pytest.raises(ValueError, match="repeats"):
         call(config=cfg, token_ids=tids, hash_table=table)
+
+
+def test_hash_table_views_are_checked_once_each(monkeypatch):
+    """Engines pass tables[layer], a new view each call: each layer's table is checked on the host once, not on
+    every call (a device-to-host copy on CUDA), and again only after a write into the stacked tables."""
+    import moegate._checks as checks
+
+    class Counting(dict):
+        sets = 0
+
+        def __setitem__(self, key, value):
+            Counting.sets += 1
+            super().__setitem__(key, value)
+
+    monkeypatch.setattr(checks, "_CHECKED_TABLES", Counting())
+    cfg = RouterConfig(num_experts=8, top_k=2, routing="hash")
+    g = torch.Generator().manual_seed(0)
+    tables = torch.stack([torch.stack([torch.randperm(8, generator=g)[:2] for _ in range(16)]) for _ in range(4)])
+    tids = torch.tensor([0, 5, 9, 15])
+    for i in range(40):
+        w, ids = call(config=cfg, token_ids=tids, hash_table=tables[i % 4])
+        assert ids.tolist() == tables[i % 4][tids].tolist()
+    assert Counting.sets == 4
+    tables[2, 5] = torch.tensor([1, 1])  # through the base: every view's version moves
+    call(config=cfg, token_ids=tids, hash_table=tables[1])
+    assert Counting.sets == 5
+    with pytest.raises(ValueError, match="repeats"):
+        call(config=cfg, token_ids=tids, hash_table=tables[2])
+    for _ in range(20):  # tables that die leave no entry behind
+        call(config=cfg, token_ids=tids, hash_table=tables.clone()[0])
+    assert len(checks._CHECKED_TABLES) <= 5
 
 
 def test_padded_rows_may_hold_any_token_id():

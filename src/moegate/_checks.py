@@ -112,7 +112,20 @@ def _check_home_rank(home_rank, ep_size: int) -> None:
         raise ValueError(f"home_rank must be in [0, ep_size={ep_size}), got {home_rank}")
 
 
-def _check_out(out, num_tokens: int, width: int, device: torch.device) -> None:
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    """[first, last + 1) bytes that a tensor's elements span (strides are never negative in torch)."""
+    last = sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+        return False
+    (a0, a1), (b0, b1) = _byte_range(a), _byte_range(b)
+    return a0 < b1 and b0 < a1
+
+
+def _check_out(out, num_tokens: int, width: int, device: torch.device, logits: torch.Tensor | None = None) -> None:
     if out is None:
         return
     if not isinstance(out, (tuple, list)) or len(out) != 2:
@@ -129,6 +142,10 @@ def _check_out(out, num_tokens: int, width: int, device: torch.device) -> None:
             raise ValueError(f"{name} is on {t.device}, but logits are on {device}")
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous, got strides {t.stride()}")
+        if logits is not None and _overlap(t, logits):
+            raise ValueError(f"{name} overlaps the logits' memory; the outputs need buffers of their own")
+    if _overlap(weights, ids):
+        raise ValueError("out[0] (weights) and out[1] (ids) overlap in memory; each needs a buffer of its own")
 
 
 def _check_token_ids(token_ids, num_tokens: int, device: torch.device) -> None:
@@ -156,9 +173,18 @@ def _check_token_range(token_ids: torch.Tensor, vocab: int, num_valid_tokens) ->
         raise ValueError(f"token_ids[{row}] = {int(live[row])} is outside the hash table's rows [0, {vocab})")
 
 
-# Tables already validated, so that a CUDA table is copied to the host once, not on every call.
-# Keyed by id(); the weak reference tells a live table from a new one that reuses a dead one's id.
-_CHECKED_TABLES: dict[int, tuple[weakref.ref, tuple]] = {}
+# Tables already validated, so that a CUDA table is copied to the host once, not on every call. Keyed by the
+# tensor that owns the memory (a view's _base: engines pass tables[layer], a new view each call) and the view's
+# place in it; the weak reference tells a live owner from a new one that reuses a dead one's id, and the version
+# counter, which views share with their base, says whether the table was written in place since.
+_CHECKED_TABLES: dict[tuple, tuple[weakref.ref, int]] = {}
+
+
+def _table_key(hash_table: torch.Tensor, num_experts: int) -> tuple[tuple, torch.Tensor]:
+    owner = hash_table if hash_table._base is None else hash_table._base
+    key = (id(owner), hash_table.data_ptr(), tuple(hash_table.shape), hash_table.stride(), hash_table.dtype,
+           num_experts)
+    return key, owner
 
 
 def _check_hash_table(hash_table, num_experts: int, top_k: int, device: torch.device) -> None:
@@ -170,9 +196,9 @@ def _check_hash_table(hash_table, num_experts: int, top_k: int, device: torch.de
     if hash_table.dim() != 2 or hash_table.shape[1] != top_k or hash_table.shape[0] < 1:
         raise ValueError(f"hash_table must have shape [vocab >= 1, top_k={top_k}], got {tuple(hash_table.shape)}")
     _check_same_device("hash_table", hash_table, device)
-    stamp = (hash_table.data_ptr(), tuple(hash_table.shape), hash_table._version, num_experts)
-    seen = _CHECKED_TABLES.get(id(hash_table))
-    if seen is not None and seen[0]() is hash_table and seen[1] == stamp:
+    key, owner = _table_key(hash_table, num_experts)
+    seen = _CHECKED_TABLES.get(key)
+    if seen is not None and seen[0]() is owner and seen[1] == hash_table._version:
         return
     table = hash_table.detach().to("cpu", torch.int64)
     bad = (table < 0) | (table >= num_experts)
@@ -186,7 +212,9 @@ def _check_hash_table(hash_table, num_experts: int, top_k: int, device: torch.de
     if bool(repeats.any()):
         row = int(repeats.nonzero()[0, 0])
         raise ValueError(f"hash_table row {row} repeats an expert: {table[row].tolist()}")
-    _CHECKED_TABLES[id(hash_table)] = (weakref.ref(hash_table), stamp)
+    for dead in [k for k, (ref, _v) in _CHECKED_TABLES.items() if ref() is None]:
+        del _CHECKED_TABLES[dead]
+    _CHECKED_TABLES[key] = (weakref.ref(owner), hash_table._version)
 
 
 def _check_placement_table(physical_to_logical: Iterable[int], num_experts: int) -> tuple[int, ...]:

@@ -50,7 +50,7 @@ def _check_route_args(
     _check_num_valid_tokens(num_valid_tokens, T, device)
     _check_home_rank(home_rank, layout.ep_size)
     width = config.top_k + layout.num_shared_columns(config.num_shared_experts)
-    _check_out(out, T, width, device)
+    _check_out(out, T, width, device, logits)
     if config.routing == "hash":
         _check_token_ids(token_ids, T, device)
         _check_hash_table(hash_table, config.num_experts, config.top_k, device)

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import torch
 import triton
 
+from moegate._checks import _overlap
 from moegate.config import RouterConfig
 from moegate.kernels import router_kernel as rk
 from moegate.layout import ExpertLayout
@@ -690,6 +691,10 @@ def route_triton(
         ids = torch.empty((T, K + C), dtype=torch.int32, device=device)
     else:
         weights, ids = out
+    if packed_out is not None:
+        for name, other in (("the logits", logits), ("out[0] (weights)", weights), ("out[1] (ids)", ids)):
+            if _overlap(packed_out, other):
+                raise ValueError(f"packed_out overlaps {name} in memory; it needs a buffer of its own")
     l2p = replica_count = None
     max_replicas = 1
     if layout.placement is not None:
