@@ -278,6 +278,18 @@ def test_check_width_must_be_top_k(capsys, tmp_path):
     assert code == 1 and "rows are 3 ids wide, but the routing has top_k=2" in out
 
 
+def test_check_capture_from_a_model_with_fewer_experts(capsys, tmp_path):
+    rec = RoutingRecorder(1, 4, 8, 128)  # a capture of a 128-expert top-8 model
+    rec.record(0, torch.arange(32).reshape(4, 8))
+    path = tmp_path / "cap.safetensors"
+    rec.save(path)
+    code, out, _ = run_cli(capsys, "check", str(path), "--preset", "deepseek-v3", "--json")  # 256 experts, top-8
+    got = json.loads(out)
+    assert code == 1 and not got["ok"] and got["violations"] == 1
+    assert "made for num_experts=128, but the routing scores 256" in got["first"][0]
+    assert run_json(capsys, "check", str(path), "--preset", "qwen3-moe")["ok"]  # 128 experts, top-8
+
+
 def test_check_corrupted_capture_fails_with_a_clear_message(capsys, tmp_path):
     good = tmp_path / "good.safetensors"
     rec = RoutingRecorder(1, 8, 2, 8)

@@ -208,3 +208,27 @@ def test_checker_catches_the_seed_bugs():
     swapped = ids.clone()
     swapped[3, 0] = (int(swapped[3, 0]) + 1) % 49 if int(swapped[3, 0]) % 49 < 47 else int(swapped[3, 0]) - 1
     assert what(w, swapped) & {"selection", "distinct"}
+    # Columns out of key order (ids and weights permuted together, so every weight still matches its expert).
+    reordered_w, reordered_ids = w.clone(), ids.clone()
+    reordered_w[4, :8], reordered_ids[4, :8] = w[4, :8].flip(0), ids[4, :8].flip(0)
+    assert what(reordered_w, reordered_ids) == {"column order"}
+
+
+def test_checker_forgives_near_tied_columns_and_needs_both_hash_tensors():
+    """Two exactly tied keys in either order pass (the checker's tolerance), and a hash routing check given only
+    one of token_ids / hash_table says which one is missing."""
+    cfg = RouterConfig(8, 4, scoring="sigmoid")
+    logits = torch.tensor([[3.0, 1.0, 2.0, 2.0, -1.0, 0.5, -2.0, 0.0]])
+    w, ids = route(logits, cfg, backend="reference")
+    assert ids[0].tolist() == [0, 2, 3, 1]
+    swapped_w, swapped_ids = w[:, [0, 2, 1, 3]], ids[:, [0, 2, 1, 3]]
+    assert check_routing(swapped_w, swapped_ids, cfg, logits=logits) == []
+    hashed = RouterConfig(8, 2, routing="hash", scoring="sigmoid")
+    table = torch.tensor([[0, 1], [5, 2]])
+    tids = torch.tensor([1])
+    w, ids = route(logits, hashed, token_ids=tids, hash_table=table, backend="reference")
+    assert check_routing(w, ids, hashed, logits=logits, token_ids=tids, hash_table=table) == []
+    with pytest.raises(ValueError, match="token_ids is missing"):
+        check_routing(w, ids, hashed, logits=logits, hash_table=table)
+    with pytest.raises(ValueError, match="hash_table is missing"):
+        check_routing(w, ids, hashed, token_ids=tids)

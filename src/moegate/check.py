@@ -86,6 +86,10 @@ def check_routing(
     """
     layout = layout or ExpertLayout()
     found: list[Violation] = []
+    if config.routing == "hash" and (token_ids is None) != (hash_table is None):
+        missing = "token_ids" if token_ids is None else "hash_table"
+        raise ValueError(f"check_routing: hash routing checks the ids against hash_table[token_ids]: {missing} is "
+                         "missing (pass both, or neither to skip that check)")
     if logits is not None:
         _check_logits(logits, config.num_scored)
         _check_bias(bias, config.has_correction_bias, config.num_scored, logits.device)
@@ -201,6 +205,15 @@ def _check_against_reference(found, add, logits, bias, token_ids, hash_table, ex
                 add(t, -1, "selection", f"experts {sorted(got.tolist())} differ from the reference's "
                     f"{sorted(want.tolist())}")
             continue
+        if config.routing != "hash":
+            # Columns by key, descending (ties to the lower id): position by position against the reference's
+            # order, a swap of near-tied keys forgiven. (Hash rows keep the table's order: checked above.)
+            for col in torch.nonzero(got != want).flatten().tolist():
+                k_got, k_want = key[t, got[col]], key[t, want[col]]
+                if not (bool(torch.isclose(k_got, k_want, rtol=rtol, atol=atol)) or bool(k_got == k_want)):
+                    add(t, col, "column order", f"column {col} holds expert {int(got[col])} (key {float(k_got):.8g}), "
+                        f"the reference's order has expert {int(want[col])} (key {float(k_want):.8g}) there: columns "
+                        "go by key, descending")
         by_id_ref = dict(zip(want.tolist(), ref_w[t, :K].tolist(), strict=True))
         for col, e in enumerate(got.tolist()):
             expected = by_id_ref[e]

@@ -758,6 +758,9 @@ def check_capture(path: str, config: RouterConfig | None = None, max_listed: int
     if rec.top_k != K:
         found.add(f"all layers: rows are {rec.top_k} ids wide, but the routing has top_k={K}: a capture holds "
                   "the routed experts only (shared experts are never recorded)")
+    if rec.num_experts < E:  # route() takes a recorder of at least the routing's ids, never fewer
+        found.add(f"all layers: the capture was made for num_experts={rec.num_experts}, but the routing scores {E} "
+                  "experts, more than a recorder of it can hold: the file comes from another model")
     total = 0
     for layer in range(rec.num_layers):
         n = int(rec.num_tokens[layer])
