@@ -1897,6 +1897,34 @@ def test_cuda_graph_replay_equals_eager(E, monkeypatch):
         assert_same_routing(replayed, want, logits, config, kw.get("bias"), near_ties=True)
 
 
+@needs_cuda
+def test_cuda_graph_capture_with_hash_tables():
+    """A CUDA hash table is checked on the host once: a table route() has not seen yet cannot be captured (a clear
+    ValueError, not a failed capture); its views (tables[layer]) are captured once each has been seen."""
+    config = RouterConfig(64, 4, routing="hash", scoring="sigmoid")
+    g = torch.Generator().manual_seed(2)
+    tables = torch.stack([torch.stack([torch.randperm(64, generator=g)[:4] for _ in range(32)])
+                          for _ in range(3)]).to(DEVICE)
+    T = 16
+    logits = tie_free_logits(T, 64)
+    tids = torch.randint(0, 32, (T,), generator=g).to(DEVICE)
+    out = poisoned_out(T, 4)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(ValueError, match="before capturing"):
+        with torch.cuda.graph(graph):
+            route(logits, config, token_ids=tids, hash_table=tables[0], out=out, backend="triton")
+    for layer in range(3):
+        route(logits, config, token_ids=tids, hash_table=tables[layer], out=out, backend="triton")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for layer in range(3):
+            route(logits, config, token_ids=tids, hash_table=tables[layer], out=out, backend="triton")
+    out[1].fill_(-7)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out[1].long(), tables[2][tids].long())
+
+
 def test_torch_compile_fullgraph():
     config = RouterConfig(64, 6, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2,
                           num_shared_experts=1)

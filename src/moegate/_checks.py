@@ -200,6 +200,10 @@ def _check_hash_table(hash_table, num_experts: int, top_k: int, device: torch.de
     seen = _CHECKED_TABLES.get(key)
     if seen is not None and seen[0]() is owner and seen[1] == hash_table._version:
         return
+    if hash_table.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise ValueError("hash_table: a CUDA table is checked on the host the first time route() sees it (and after "
+                         "an in-place write), which cannot run while a CUDA graph is captured: call route() once "
+                         "with this table (or the stacked tables' views) before capturing")
     table = hash_table.detach().to("cpu", torch.int64)
     bad = (table < 0) | (table >= num_experts)
     if bool(bad.any()):
