@@ -648,3 +648,43 @@ def test_cohere2_average_scales_routed_and_shared_experts_by_half():
     assert (avg.routed_scaling_factor, avg.shared_expert_scale) == (0.5, 0.5)
     summed = from_hf_config({**base, "shared_expert_combination_strategy": "sum"})
     assert (summed.routed_scaling_factor, summed.shared_expert_scale) == (1.0, 1.0)
+
+
+def test_null_routed_scaling_factor_is_no_scaling():
+    """MiMo-V2-Flash's config.json on the Hub has routed_scaling_factor: null, which its config class turns into
+    1.0; the dict and the file read alike (a float(None) before)."""
+    raw = {"model_type": "mimo_v2_flash", "routed_scaling_factor": None}
+    assert from_hf_config(raw).routed_scaling_factor == 1.0
+    assert from_hf_config(raw) == from_hf_config(transformers.MiMoV2FlashConfig(routed_scaling_factor=None))
+
+
+@pytest.mark.parametrize("cfg", [
+    transformers.NemotronHConfig(hybrid_override_pattern="M-M*-M-", num_hidden_layers=7),  # dense Nemotron-H
+    {"model_type": "qwen3_moe", "num_hidden_layers": 2, "mlp_only_layers": [0, 1]},
+    {"model_type": "deepseek_v3", "num_hidden_layers": 3, "first_k_dense_replace": 3},
+    transformers.GraniteMoeHybridConfig(num_local_experts=0, num_hidden_layers=3),  # dense Granite-4.0-H
+    {"model_type": "granitemoehybrid", "num_local_experts": 0, "num_hidden_layers": 3},
+], ids=["nemotron-h-dense", "qwen3-mlp-only", "deepseek-v3-all-dense", "granite-4-h-dense", "granite-4-h-dict"])
+def test_a_config_without_moe_layers_is_a_value_error(cfg):
+    """A MoE model type whose every layer is dense has no router to describe (it once got its class defaults')."""
+    assert set(moe_layer_types(cfg)) == {"dense"}
+    with pytest.raises(ValueError, match="no MoE layers"):
+        from_hf_config(cfg)
+
+
+def test_padded_mlp_layer_types_keep_the_decoder_layers():
+    """Older Step3p7 configs pad mlp_layer_types with their next-token-prediction layer: transformers keeps the first
+    num_hidden_layers entries, and so does moe_layer_types (layer 4 does not exist)."""
+    kw = dict(num_hidden_layers=4, num_nextn_predict_layers=1, layer_types=["full_attention"] * 5,
+              mlp_layer_types=["dense", "sparse", "sparse", "sparse", "sparse"])
+    assert moe_layer_types({"model_type": "step3p5", **kw}) == ["dense", "moe", "moe", "moe"]
+    assert moe_layer_types({"model_type": "step3p5", **kw}) == moe_layer_types(transformers.Step3p7TextConfig(**kw))
+    with pytest.raises(ValueError, match="layer must be in"):
+        from_hf_config({"model_type": "step3p5", **kw}, layer=4)
+
+
+def test_inkling_v1_wrapper_is_not_implemented():
+    """Inkling v1's top-level model_type is inkling_mm_model; a wrapper whose text_config names no model_type is
+    still Inkling v1 (not "not a MoE family")."""
+    with pytest.raises(NotImplementedError, match="Inkling v1"):
+        from_hf_config({"model_type": "inkling_mm_model", "text_config": {"num_experts": 8}})

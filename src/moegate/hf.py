@@ -247,9 +247,15 @@ def _ds3(E="n_routed_experts", K="num_experts_per_tok", E_default=256, K_default
         return _biased(
             v, E=E, K=K, E_default=E_default, K_default=K_default, groups=groups, group_defaults=group_defaults,
             group_fill=group_fill, norm=norm, norm_default=norm_default,
-            rsf=v.get("routed_scaling_factor", rsf_default), shared=S,
+            rsf=_rsf_or_one(v.get("routed_scaling_factor", rsf_default)), shared=S,
         )
     return build
+
+
+def _rsf_or_one(rsf):
+    """A null routed_scaling_factor is no scaling: MiMo-V2-Flash's config.json on the Hub stores null there, which its
+    transformers config turns into 1.0."""
+    return 1.0 if rsf is None else rsf
 
 
 def _mistral4(norm: str | bool):
@@ -395,6 +401,12 @@ def _gemma4(v):
 
 def _all_moe(v: _View, n: int) -> list[str]:
     return ["moe"] * n
+
+
+def _granite_hybrid_layers(v: _View, n: int) -> list[str]:
+    """A layer has experts where num_local_experts > 0 (transformers' has_experts); else its shared MLP only."""
+    experts = v.raw("num_local_experts", 8)
+    return ["moe" if (experts or 0) > 0 else "dense"] * n
 
 
 def _first_k_dense(default_k: int, freq_key: str | None = None):
@@ -558,7 +570,8 @@ FAMILIES: dict[str, _Family] = {
     "granitemoe_swa": _Family("TK-SM", _topk_softmax("num_local_experts", "num_experts_per_tok", 8, 2,
                                                      _granite_shared), layers_default=32),
     "granitemoehybrid": _Family("TK-SM", _topk_softmax("num_local_experts", "num_experts_per_tok", 8, 2,
-                                                       lambda v: 1), layers_default=32),
+                                                       lambda v: 1), layers=_granite_hybrid_layers,
+                                layers_default=32, note="num_local_experts = 0 (dense Granite-4.0-H): no MoE layers"),
     "jetmoe": _Family("TK-SM", _topk_softmax("num_local_experts", "num_experts_per_tok", 8, 2), layers_default=12,
                       note="the same gating also routes the mixture-of-attention heads"),
     "gpt_oss": _Family("TK-SM", _topk_softmax("num_local_experts", "num_experts_per_tok", 128, 4), _LOCAL,
@@ -685,12 +698,10 @@ UNSUPPORTED: dict[str, str] = {
               "(eps = router_jitter_noise, active at inference); would need a 'sparsemixer' selection with eps",
     "switch_transformers": "Switch: top-1 with per-sequence expert capacity (overflowing tokens dropped); "
                            "would need a capacity (token-dropping) step over a [B, S] batch",
-    "nllb_moe": "NLLB-MoE: top-2 with eval capacity, second-expert policy and batch-prioritised routing; "
-                "would need a capacity (token-dropping) step",
     "nllb-moe": "NLLB-MoE: top-2 with eval capacity, second-expert policy and batch-prioritised routing; "
                 "would need a capacity (token-dropping) step",
-    "inkling": "Inkling v1: routed weights normalised jointly with router-gated shared experts and x a learned "
-               "global_scale; would need shared-expert scores in the renorm sum",
+    "inkling_mm_model": "Inkling v1: routed weights normalised jointly with router-gated shared experts and x a "
+                        "learned global_scale; would need shared-expert scores in the renorm sum",
     "inkling_text": "Inkling v1: routed weights normalised jointly with router-gated shared experts and x a learned "
                     "global_scale; would need shared-expert scores in the renorm sum",
     "zaya": "ZAYA: an MLP router with state carried across layers and an (E+1)-th skip class masked after "
@@ -765,6 +776,14 @@ def from_hf_config(config, *, layer: int | None = None) -> RouterConfig:
         For an unknown model type, a config without MoE layers, or a missing required key.
     """
     fam, v = _view(config, layer)
+    if layer is None:
+        try:
+            types = _layer_types(fam, v)
+        except ValueError:  # no layer count to derive them from: the router of the MoE layers, as configured
+            types = None
+        if types is not None and not any(t in ("moe", "hash") for t in types):
+            raise ValueError(f"{v.model_type}: the config has no MoE layers (every one of its {len(types)} decoder "
+                             "layers is dense)")
     router = fam.build(v)
     if layer is not None:
         kind = _layer_types(fam, v)[layer] if 0 <= layer < len(_layer_types(fam, v)) else None
@@ -794,7 +813,10 @@ def _layer_types(fam: _Family, v: _View) -> list[str]:
         unknown = sorted(set(explicit) - set(_MLP_LAYER_TYPE))
         if unknown:
             raise ValueError(f"{v.model_type}: unknown mlp_layer_types entries {unknown}")
-        return [_MLP_LAYER_TYPE[t] for t in explicit]
+        n = v.raw("num_hidden_layers")
+        # Older Hub configs pad the list with the next-token-prediction layers' entries; transformers keeps the
+        # first num_hidden_layers (Step3p7, DeepSeek-V4).
+        return [_MLP_LAYER_TYPE[t] for t in (explicit if n is None else explicit[:n])]
     n = v.raw("num_hidden_layers", fam.layers_default)
     if n is None and fam.layers is not _nemotron_layers:
         raise ValueError(f"{v.model_type}: the config has no num_hidden_layers")

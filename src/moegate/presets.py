@@ -132,7 +132,7 @@ _PRESET_LIST = [
        norm_topk_prob=True, first_k_dense_replace=3),
     _p("mimo-v2-flash", "XiaomiMiMo/MiMo-V2-Flash",
        model_type="mimo_v2_flash", num_hidden_layers=48, moe_intermediate_size=2048, n_routed_experts=256,
-       num_experts_per_tok=8, n_group=1, topk_group=1, routed_scaling_factor=1.0, norm_topk_prob=True),
+       num_experts_per_tok=8, n_group=1, topk_group=1, routed_scaling_factor=None, norm_topk_prob=True),
     # ERNIE 4.5: softmax + bias on the probabilities, renorm clamped at moe_norm_min.
     _p("ernie-4.5", "baidu/ERNIE-4.5-300B-A47B-PT",
        model_type="ernie4_5_moe", hidden_size=8192, num_hidden_layers=54, moe_intermediate_size=3584,
