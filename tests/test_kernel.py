@@ -923,11 +923,11 @@ def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
     assert seen["APPROX_KEYS"] is False and "maxnreg" not in seen
 
 
-@pytest.mark.parametrize("T", [1, 64, 4096, 8192, 32768, 65536])
+@pytest.mark.parametrize("T", [1, 32, 33, 64, 4096, 8192, 32768, 65536])
 def test_fma_keys_where_the_launcher_takes_them(T, monkeypatch):
     """FMA_KEYS (sigmoid / sqrt-softplus keys in their FMA forms): exact keys on rows on warps, not with the tile's
-    weights, fast keys, one row a thread, logits selection or softmax, nor sqrt-softplus keys below T = 4096; one-warp
-    rows with shifted distance words (512 top-22) at every T; the override wins."""
+    weights, fast keys, one row a thread, logits selection or softmax (sqrt-softplus keys wherever their fast keys are
+    off: T = 33-8191, run 79); one-warp rows with shifted distance words (512 top-22) at every T; the override wins."""
     import moegate.kernels.router as kr
 
     dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
@@ -938,7 +938,7 @@ def test_fma_keys_where_the_launcher_takes_them(T, monkeypatch):
     assert seen["APPROX_KEYS"] is False and seen["FMA_KEYS"] is True, T
     dsv4 = RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)
     seen = _launch_kwargs(torch.empty(T, 256), dsv4, bias=torch.zeros(256))
-    assert seen["APPROX_KEYS"] is (T <= 32 or T >= 8192) and seen["FMA_KEYS"] is (4096 <= T < 8192), T
+    assert seen["APPROX_KEYS"] is (T <= 32 or T >= 8192) and seen["FMA_KEYS"] is (32 < T < 8192), T
     narrow = _launch_kwargs(torch.empty(T, 16), RouterConfig(16, 2, scoring="sigmoid"))
     assert narrow["FMA_KEYS"] is True and narrow["TILE_WEIGHTS"] is False and narrow["THREAD_ROWS"] is False, T
     monkeypatch.setattr(kr, "thread_rows_override", False)  # 8 experts on warps: the tile's weights below T = 2048

@@ -92,10 +92,12 @@ APPROX_REPAIR_MAX_TOKENS = 16384
 # one-warp rows with shifted distance words (512 lanes top-22: 82 registers against 72) slower from T = 8192 (17.53 /
 # 16.80, T=16384 36.21 / 35.49; T=4096 9.71 / 9.87). Run 72, on the one-row path since (DEAD_BY_ROW, 78 registers): FMA
 # keys ahead there too (T=8192 14.24 / 15.67, T=32768 56.22 / 60.66, T=65536 99.35 / 107.95), so every T takes them.
-# Sqrt-softplus keys (DeepSeek-V4, whose fast keys take T <= 32 and T >= 8192), run 51: FMA / sqrt_rn T=16 2.33 / 2.20,
-# T=256 2.42 / 2.34, T=1024 3.12 / 3.11, T=4096 5.53 / 5.69 (58 registers against 46): from FMA_KEYS_SSP_MIN_TOKENS.
+# Sqrt-softplus keys (DeepSeek-V4, whose fast keys take T <= 32 and T >= 8192): run 51 had the FMA square root
+# slower at T = 16-256 on the kernel of then (T=16 2.33 / 2.20 us, T=256 2.42 / 2.34, T=4096 5.53 / 5.69), and the
+# launcher took it from T = 4096 only; run 79 on today's kernel, FMA / sqrt_rn keys: T=64 1.67 / 1.92, T=128 1.77 /
+# 2.01, T=256 1.83 / 2.08, T=1024 2.43 / 2.65, T=2048 3.24 / 3.60, T=4096 5.26 / 5.42. So every T between the fast
+# keys takes them, as the sigmoid keys do.
 fma_keys_override: bool | None = None
-FMA_KEYS_SSP_MIN_TOKENS = 4096
 FMA_KEYS = True
 # Forced by the tests: renormalized softmax selected on the logits where the launcher allows it (None or
 # True) or never (False).
@@ -453,8 +455,6 @@ def _launch(
     fma_able = (spec.SCORING in (1, 2) and not spec.SELECT_LOGITS and not spec.HASH and not spec.THREAD_ROWS
                 and not spec.SPLIT_ROWS and not tile_weights and not approx_keys)
     fma_keys = fma_able and FMA_KEYS
-    if spec.SCORING == 2 and T < FMA_KEYS_SSP_MIN_TOKENS:
-        fma_keys = False
     if fma_keys_override is not None:
         fma_keys = fma_able and fma_keys_override
     # Renormalized softmax selected on the logits (LOGIT_KEYS, see _logit_keys_allowed): with one row a
