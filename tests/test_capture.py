@@ -47,3 +47,43 @@ def test_recorder_arguments_are_checked():
         RoutingRecorder(1, 4, 2, 40000, dtype=torch.int16)
     with pytest.raises(ValueError, match="num_layers"):
         RoutingRecorder(0, 4, 2, 8)
+
+
+def _capture_file(path, ids, num_tokens, **meta):
+    from safetensors.torch import save_file
+
+    save_file({"ids": ids, "num_tokens": torch.tensor(num_tokens)}, str(path),
+              {"format": "moegate.routing/1", **{k: str(v) for k, v in meta.items()}})
+    return path
+
+
+def test_load_checks_what_the_file_claims(tmp_path):
+    """A loaded capture is held to what the constructor and record() hold a new one to: int16 ids never wrap (a file
+    may pair int16 with 40000 experts), num_tokens within [-1, max_tokens], top_k the ids' width."""
+    wide = RoutingRecorder.load(_capture_file(tmp_path / "wide.safetensors", torch.full((1, 2, 1), -1,
+                                                                                          dtype=torch.int16),
+                                              [-1], num_experts=40000, top_k=1))
+    x = torch.full((1, 40000), -5.0)
+    x[0, 39999] = 5.0
+    with pytest.raises(ValueError, match="cannot hold id 39999"):
+        route(x, RouterConfig(num_experts=40000, top_k=1), recorder=wide, backend="reference")
+    assert (wide.ids == -1).all()
+    ids = torch.zeros(1, 2, 3, dtype=torch.int32)
+    with pytest.raises(ValueError, match="num_tokens=5, outside"):
+        RoutingRecorder.load(_capture_file(tmp_path / "long.safetensors", ids, [5], num_experts=8, top_k=3))
+    with pytest.raises(ValueError, match="top_k='2', but the ids are 3 wide"):
+        RoutingRecorder.load(_capture_file(tmp_path / "k.safetensors", ids, [2], num_experts=8, top_k=2))
+    with pytest.raises(ValueError, match="num_experts=0"):
+        RoutingRecorder.load(_capture_file(tmp_path / "e.safetensors", ids, [2], num_experts=0, top_k=3))
+
+
+def test_save_writes_no_stale_rows(tmp_path):
+    """After a batch of 6 and then one of 3, the buffer still holds rows 3-5 of the first: the file has -1 there."""
+    cfg = RouterConfig(num_experts=16, top_k=2)
+    rec = RoutingRecorder(num_layers=1, max_tokens=8, top_k=2, num_experts=16)
+    route(torch.randn(6, 16), cfg, recorder=rec, backend="reference")
+    route(torch.randn(3, 16), cfg, recorder=rec, backend="reference")
+    assert (rec.ids[0, 3:6] >= 0).all()  # stale in the buffer
+    rec.save(tmp_path / "cap.safetensors")
+    back = RoutingRecorder.load(tmp_path / "cap.safetensors")
+    assert torch.equal(back.layer_ids(0), rec.layer_ids(0)) and (back.ids[0, 3:] == -1).all()

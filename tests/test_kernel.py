@@ -1898,9 +1898,10 @@ def test_cuda_graph_replay_equals_eager(E, monkeypatch):
 
 
 @needs_cuda
-def test_cuda_graph_capture_with_hash_tables():
+def test_cuda_graph_capture_with_hash_tables_and_placements():
     """A CUDA hash table is checked on the host once: a table route() has not seen yet cannot be captured (a clear
-    ValueError, not a failed capture); its views (tables[layer]) are captured once each has been seen."""
+    ValueError, not a failed capture); its views (tables[layer]) are captured once each has been seen. A placement's
+    device tables likewise."""
     config = RouterConfig(64, 4, routing="hash", scoring="sigmoid")
     g = torch.Generator().manual_seed(2)
     tables = torch.stack([torch.stack([torch.randperm(64, generator=g)[:4] for _ in range(32)])
@@ -1923,6 +1924,21 @@ def test_cuda_graph_capture_with_hash_tables():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out[1].long(), tables[2][tids].long())
+    # An EPLB placement's device tables are built on first use: likewise a clear error under capture, then captured.
+    topk = RouterConfig(64, 4, scoring="sigmoid")
+    layout = ExpertLayout(placement=ExpertPlacement(tuple(range(64)) + tuple(range(8)), 64))
+    out = poisoned_out(T, 4)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(ValueError, match="placement: .* before capturing"):
+        with torch.cuda.graph(graph):
+            route(logits, topk, layout, out=out, backend="triton")
+    want = route(logits, topk, layout, backend="triton")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        route(logits, topk, layout, out=out, backend="triton")
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out[1], want.ids) and torch.equal(out[0], want.weights)
 
 
 def test_torch_compile_fullgraph():

@@ -77,6 +77,9 @@ class RoutingRecorder:
                 f"recorder was made for num_experts={self.num_experts}, but the config routes ids up to "
                 f"{num_ids - 1} (num_experts + num_zero_experts = {num_ids})"
             )
+        if num_ids - 1 > torch.iinfo(self.ids.dtype).max:  # a loaded file may pair int16 with a wide model
+            raise ValueError(f"recorder holds {self.ids.dtype} ids, which cannot hold id {num_ids - 1}; "
+                             "use dtype=torch.int32")
         if num_tokens > self.max_tokens:
             raise ValueError(
                 f"recorder holds max_tokens={self.max_tokens} rows, but the batch has T={num_tokens}; "
@@ -96,11 +99,17 @@ class RoutingRecorder:
         return self.ids[layer, : max(int(self.num_tokens[layer]), 0)]
 
     def save(self, path: str | Path) -> None:
-        """Write a .safetensors file: tensors ``ids``, ``num_tokens``; metadata ``num_experts``, ``top_k``."""
+        """Write a .safetensors file: tensors ``ids``, ``num_tokens``; metadata ``num_experts``, ``top_k``.
+
+        Rows at and past a layer's ``num_tokens`` are written as -1 (the buffer keeps an earlier, larger batch's
+        ids there), so a reader of the ``ids`` tensor alone sees no stale ids."""
         from safetensors.torch import save_file
 
+        ids, num_tokens = self.ids.cpu().clone(), self.num_tokens.cpu()
+        rows = torch.arange(ids.shape[1])
+        ids[rows[None, :] >= num_tokens.clamp(min=0)[:, None]] = -1
         meta = {"format": "moegate.routing/1", "num_experts": str(self.num_experts), "top_k": str(self.top_k)}
-        save_file({"ids": self.ids.cpu().contiguous(), "num_tokens": self.num_tokens.cpu()}, str(path), meta)
+        save_file({"ids": ids.contiguous(), "num_tokens": num_tokens}, str(path), meta)
 
     @classmethod
     def load(cls, path: str | Path, device: torch.device | str = "cpu") -> RoutingRecorder:
@@ -126,6 +135,15 @@ class RoutingRecorder:
             num_experts = int(meta["num_experts"])
         except (KeyError, ValueError):
             raise ValueError(f"{path}: metadata num_experts missing or not an int ({json.dumps(meta)})") from None
+        if num_experts < 1:
+            raise ValueError(f"{path}: metadata num_experts={num_experts}, must be >= 1")
+        if "top_k" in meta and meta["top_k"] != str(ids.shape[2]):
+            raise ValueError(f"{path}: metadata top_k={meta['top_k']!r}, but the ids are {ids.shape[2]} wide")
+        bad = (num_tokens < -1) | (num_tokens > ids.shape[1])
+        if bool(bad.any()):
+            layer = int(bad.nonzero()[0, 0])
+            raise ValueError(f"{path}: layer {layer} has num_tokens={int(num_tokens[layer])}, outside [-1, "
+                             f"max_tokens={ids.shape[1]}] (-1: never recorded)")
         rec = cls.__new__(cls)
         rec.num_experts = num_experts
         rec.ids = ids.to(device)

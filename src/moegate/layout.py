@@ -38,11 +38,19 @@ class ExpertPlacement:
     physical_to_logical: tuple[int, ...]
     num_experts: int
     _tables: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+    _replicas: tuple = field(default=(), init=False, repr=False, compare=False, hash=False)
+    _max_replicas: int = field(default=1, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         _check_int("num_experts", self.num_experts, 1)
         table = _check_placement_table(self.physical_to_logical, self.num_experts)
         object.__setattr__(self, "physical_to_logical", table)
+        out: list[list[int]] = [[] for _ in range(self.num_experts)]
+        for slot, expert in enumerate(table):
+            out[expert].append(slot)
+        # Once, not on every route(): a Python loop over P slots cost ~100 us a call (P = 288).
+        object.__setattr__(self, "_replicas", tuple(tuple(r) for r in out))
+        object.__setattr__(self, "_max_replicas", max(len(r) for r in out))
 
     @classmethod
     def from_tensor(cls, physical_to_logical: torch.Tensor, num_experts: int) -> ExpertPlacement:
@@ -56,14 +64,11 @@ class ExpertPlacement:
     @property
     def replicas(self) -> tuple[tuple[int, ...], ...]:
         """``replicas[e]``: the physical slots of logical expert e, ascending."""
-        out: list[list[int]] = [[] for _ in range(self.num_experts)]
-        for slot, expert in enumerate(self.physical_to_logical):
-            out[expert].append(slot)
-        return tuple(tuple(r) for r in out)
+        return self._replicas
 
     @property
     def max_replicas(self) -> int:
-        return max(len(r) for r in self.replicas)
+        return self._max_replicas
 
     def tables(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Device tensors, built once per device.
@@ -74,6 +79,10 @@ class ExpertPlacement:
         device = torch.device(device)
         key = str(device)
         if key not in self._tables:
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise ValueError("placement: its device tables are built (copied to the GPU) the first time route() "
+                                 "uses it on a device, which cannot run while a CUDA graph is captured: call route() "
+                                 "once with this layout before capturing")
             replicas = self.replicas
             l2p = torch.full((self.num_experts, self.max_replicas), -1, dtype=torch.int32)
             for e, slots in enumerate(replicas):
