@@ -1807,6 +1807,18 @@ def test_unsupported_configs_raise_before_launch():
     with pytest.raises(ValueError, match="packed_out"):
         route_triton(torch.zeros(2, 1000, device=DEVICE), RouterConfig(1000, 2), ExpertLayout(placement=placement),
                      packed_out=torch.zeros(2, 2, dtype=torch.int32, device=DEVICE))
+    # route_triton, the packed words' entry, checks its arguments as route() does.
+    out = poisoned_out(4, 2)
+    for bad_out, match in (((out[0][:, :1], out[1][:, :1]), "shape"), (poisoned_out(4, 4), "shape")):
+        with pytest.raises(ValueError, match=match):
+            route_triton(torch.zeros(4, 8, device=DEVICE), RouterConfig(8, 2), ExpertLayout(), out=bad_out)
+    wide = poisoned_out(4, 4)
+    with pytest.raises(ValueError, match="contiguous"):
+        route_triton(torch.zeros(4, 8, device=DEVICE), RouterConfig(8, 2), ExpertLayout(),
+                     out=(wide[0][:, :2], wide[1][:, :2]))
+    with pytest.raises(ValueError, match="num_valid_tokens"):
+        route_triton(torch.zeros(4, 8, device=DEVICE), RouterConfig(8, 2), ExpertLayout(), num_valid_tokens=-3)
+    assert torch.isnan(out[0]).all() and (out[1] == -7).all()
     out = poisoned_out(2, 2)
     for packed in (out[1], out[0].view(torch.int32)):  # packed words on the ids' or the weights' memory
         with pytest.raises(ValueError, match="packed_out overlaps out"):
@@ -1897,6 +1909,39 @@ def test_cuda_graph_replay_equals_eager(E, monkeypatch):
         assert_same_routing(replayed, want, logits, config, kw.get("bias"), near_ties=True)
 
 
+def test_torch_compile_hash_routing():
+    """Hash routing traced whole: the table's host check runs where route() ran eagerly, not in the graph (which
+    has no table contents to read)."""
+    config = RouterConfig(64, 4, routing="hash", scoring="sigmoid")
+    g = torch.Generator().manual_seed(4)
+    table = torch.stack([torch.randperm(64, generator=g)[:4] for _ in range(32)]).to(DEVICE)
+    T = 9
+    logits = tie_free_logits(T, 64)
+    tids = torch.randint(0, 32, (T,), generator=g).to(DEVICE)
+    want = route(logits, config, token_ids=tids, hash_table=table, backend="triton")
+
+    def f(x, t):
+        return route(x, config, token_ids=t, hash_table=table, backend="triton").weights * 2
+
+    torch._dynamo.reset()
+    w = torch.compile(f, fullgraph=True, backend="inductor" if HAS_CUDA else "eager")(logits, tids)
+    assert torch.equal(w / 2, want.weights) and torch.equal(want.ids.long(), table[tids].long())
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_launch_on_the_logits_device():
+    """Logits on cuda:1 while cuda:0 is current (a model spread over GPUs in one process): the launch goes to cuda:1
+    and its current stream, as the reference's ops do."""
+    config = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    logits = tie_free_logits(37, 256).to("cuda:1")
+    bias = torch.randn(256, generator=torch.Generator().manual_seed(1)).to("cuda:1") * 0.01
+    with torch.cuda.device(0):
+        got = route(logits, config, bias=bias, backend="triton")
+    want = route(logits, config, bias=bias, backend="reference")
+    assert got.ids.device == logits.device
+    assert_same_routing(got, want, logits, config, bias, near_ties=True)
+
+
 @needs_cuda
 def test_cuda_graph_capture_with_hash_tables_and_placements():
     """A CUDA hash table is checked on the host once: a table route() has not seen yet cannot be captured (a clear
@@ -1959,3 +2004,20 @@ def test_torch_compile_fullgraph():
     w, i = compiled(logits, kw["bias"], nv)
     want = route(logits, config, layout, num_valid_tokens=nv, backend="reference", **kw)
     assert_same_routing((w / 2, i), want, logits, config, kw["bias"], near_ties=True)
+
+    # As engines call it: into preallocated outputs, with a recorder, and the packed words through route_triton
+    # (the overlap checks read data pointers, which a traced graph has not: they run eagerly only).
+    from moegate.kernels.router import route_triton
+
+    rec = RoutingRecorder(2, T, 6, 64, device=DEVICE)
+    out, packed = poisoned_out(T, 7), torch.full((T, 7), -7, dtype=torch.int32, device=DEVICE)
+
+    def g(x, bias, n, w, i, p):
+        route(x, config, layout, bias=bias, num_valid_tokens=n, out=(w, i), recorder=rec, layer=1, backend="triton")
+        route_triton(x, config, layout, bias=bias, num_valid_tokens=n, out=(w, i), packed_out=p)
+        return w.sum()
+
+    torch._dynamo.reset()
+    torch.compile(g, fullgraph=True, backend="inductor" if HAS_CUDA else "eager")(logits, kw["bias"], nv, *out, packed)
+    assert_same_routing(out, want, logits, config, kw["bias"], near_ties=True)
+    assert torch.equal(rec.layer_ids(1), want.ids[:, :6]) and (packed[:30] != -7).all()

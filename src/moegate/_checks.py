@@ -119,7 +119,9 @@ def _byte_range(t: torch.Tensor) -> tuple[int, int]:
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+    """Whether two tensors' byte ranges meet. Under torch.compile's tracing the tensors have no memory (their data
+    pointers cannot be traced): not checked there."""
+    if torch.compiler.is_compiling() or a.numel() == 0 or b.numel() == 0 or a.device != b.device:
         return False
     (a0, a1), (b0, b1) = _byte_range(a), _byte_range(b)
     return a0 < b1 and b0 < a1
@@ -163,6 +165,8 @@ def _check_token_range(token_ids: torch.Tensor, vocab: int, num_valid_tokens) ->
     (there, such a row is written as padding)."""
     if token_ids.device.type != "cpu" or token_ids.numel() == 0:
         return
+    if torch.compiler.is_compiling():  # data-dependent: not in a traced graph
+        return
     live = token_ids
     if num_valid_tokens is not None:
         n = int(num_valid_tokens.reshape(-1)[0]) if isinstance(num_valid_tokens, torch.Tensor) else num_valid_tokens
@@ -196,6 +200,10 @@ def _check_hash_table(hash_table, num_experts: int, top_k: int, device: torch.de
     if hash_table.dim() != 2 or hash_table.shape[1] != top_k or hash_table.shape[0] < 1:
         raise ValueError(f"hash_table must have shape [vocab >= 1, top_k={top_k}], got {tuple(hash_table.shape)}")
     _check_same_device("hash_table", hash_table, device)
+    if torch.compiler.is_compiling():
+        # A traced graph has no table contents to read (nor data pointers to key the cache on): under torch.compile
+        # the table is checked where route() ran on it eagerly first, as CUDA-graph capture requires too.
+        return
     key, owner = _table_key(hash_table, num_experts)
     seen = _CHECKED_TABLES.get(key)
     if seen is not None and seen[0]() is owner and seen[1] == hash_table._version:

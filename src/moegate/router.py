@@ -141,9 +141,9 @@ def route(
     )
     backend = resolve_backend(backend, logits.device)
     if backend == "triton":
-        from moegate.kernels.router import route_triton
+        from moegate.kernels.router import _route_triton
 
-        return RouteResult(*route_triton(logits, config, layout, **args))
+        return RouteResult(*_route_triton(logits, config, layout, **args))
     return RouteResult(*route_reference(logits, config, layout, **args))
 
 

@@ -564,10 +564,15 @@ def _route_op(
     spec: list[int],
     params: list[float],
 ) -> None:
-    _launch(
-        logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
-        weights, ids, packed, rec_ids, rec_count, _Spec(*spec), params,
-    )
+    args = (logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
+            weights, ids, packed, rec_ids, rec_count, _Spec(*spec), params)
+    if logits.is_cuda and logits.device.index != torch.cuda.current_device():
+        # Triton launches on the current device and its current stream: make them the logits' (several GPUs in one
+        # process, e.g. a model spread over devices), so the launch follows the stream that produced the logits.
+        with torch.cuda.device(logits.device):
+            _launch(*args)
+    else:
+        _launch(*args)
 
 
 @_route_op.register_fake
@@ -662,7 +667,7 @@ def route_triton(
     ----------
     logits, config, layout, bias, num_valid_tokens, home_rank, token_ids, hash_table, expert_scale,
     recorder, layer, out
-        As ``moegate.route``, already validated by ``moegate.router._check_route_args``.
+        As ``moegate.route``, and checked as it checks them (``moegate.router._check_route_args``).
     packed_out : int32 Tensor [T, K + C], contiguous, optional
         Also written: ``(id << 16) | bf16 bits of the weight`` (ids -1 on padded rows). Needs ids < 32768.
 
@@ -682,6 +687,33 @@ def route_triton(
     no allocation: capturable in a CUDA graph. Registered as the custom op ``moegate::route_fused``
     with a fake implementation, so torch.compile(fullgraph=True) traces through it.
     """
+    from moegate.router import _check_route_args
+
+    layout = ExpertLayout() if layout is None else layout
+    _check_route_args(logits, config, layout, bias, num_valid_tokens, home_rank, token_ids, hash_table, expert_scale,
+                      recorder, layer, out)
+    return _route_triton(logits, config, layout, bias=bias, num_valid_tokens=num_valid_tokens, home_rank=home_rank,
+                         token_ids=token_ids, hash_table=hash_table, expert_scale=expert_scale, recorder=recorder,
+                         layer=layer, out=out, packed_out=packed_out)
+
+
+def _route_triton(
+    logits: torch.Tensor,
+    config: RouterConfig,
+    layout: ExpertLayout,
+    *,
+    bias: torch.Tensor | None = None,
+    num_valid_tokens=None,
+    home_rank: int = 0,
+    token_ids: torch.Tensor | None = None,
+    hash_table: torch.Tensor | None = None,
+    expert_scale: torch.Tensor | None = None,
+    recorder=None,
+    layer: int = 0,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    packed_out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """route_triton on arguments route() has checked already."""
     _check_kernel_support(logits, config, layout, packed_out)
     T, device = logits.shape[0], logits.device
     K = config.top_k
