@@ -43,7 +43,7 @@ def compile_launch(logits, config, layout, bias=None, use_pdl=False, **route_kwa
     os.environ["TRITON_INTERPRET"] = "1"  # let route_triton accept CPU tensors; the kernel is not run
     rk._route_kernel = capture
     try:
-        kr.route_triton(logits, config, layout, bias=bias, **route_kwargs)
+        kr._route_triton(logits, config, layout, bias=bias, **route_kwargs)
     finally:
         rk._route_kernel = kernel
         if interpret is None:

@@ -876,7 +876,7 @@ def _launch_kwargs(x, config, **kw):
     old = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"  # route_triton takes CPU tensors
     try:
-        kr.route_triton(x, config, ExpertLayout(), **kw)
+        kr._route_triton(x, config, ExpertLayout(), **kw)  # the launch as route() makes it (placeholder inputs)
     finally:
         kr.rk._route_kernel = kernel
         if old is None:
@@ -1736,8 +1736,9 @@ def test_hash_routing():
 
 def test_hash_token_outside_the_table_makes_a_padded_row():
     """On a GPU route() cannot check token ids without a sync: the kernel must not read out of bounds and
-    writes such a row as padding, like the reference (route() itself rejects them for CPU tensors)."""
-    from moegate.kernels.router import route_triton
+    writes such a row as padding, like the reference (route() itself rejects them for CPU tensors, so the launch
+    is made here as route() makes it after its checks)."""
+    from moegate.kernels.router import _route_triton as route_triton
     from moegate.reference import route_reference
 
     config = RouterConfig(32, 4, routing="hash", num_shared_experts=1)
