@@ -2,9 +2,10 @@
 
     python scripts/sass_count.py deepseek-v3-fp32 --tokens 65536 [--opcodes] [--lines] [--dump FILE]
 
-The shapes are the benchmark's (moegate.bench.SHAPES). The launch goes through ``route_triton`` with the
-kernel swapped for a recorder, so the constexprs, launch shape and argument specialisation (16-byte
-alignment, strides divisible by 16) are the ones a real launch on an H200 gets; Triton's bundled ptxas
+The shapes are the benchmark's (moegate.bench.SHAPES). The launch goes through ``_route_triton`` (route()'s
+launch path after its checks) with the kernel swapped for a recorder, so the constexprs, launch shape and
+argument specialisation (16-byte alignment, strides divisible by 16) are the ones a real launch on an H200
+gets; Triton's bundled ptxas
 and nvdisasm do the rest. Counts are static (straight-line code and loop bodies once): the instruction
 count of one row's path is what matters for the large-T launches, which are bound by instruction issue.
 """
@@ -37,7 +38,7 @@ class _Capture:
 
 
 def compile_launch(logits, config, layout, bias=None, use_pdl=False, **route_kwargs):
-    """The compiled kernel (sm_90) of the launch that route_triton would make for these inputs."""
+    """The compiled kernel (sm_90) of the launch that route() would make for these inputs."""
     kernel, capture = rk._route_kernel, _Capture()
     interpret = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"  # let route_triton accept CPU tensors; the kernel is not run
