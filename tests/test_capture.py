@@ -87,3 +87,25 @@ def test_save_writes_no_stale_rows(tmp_path):
     rec.save(tmp_path / "cap.safetensors")
     back = RoutingRecorder.load(tmp_path / "cap.safetensors")
     assert torch.equal(back.layer_ids(0), rec.layer_ids(0)) and (back.ids[0, 3:] == -1).all()
+
+
+def test_a_layer_never_recorded_has_no_rows_and_bad_counts_do_not_load(tmp_path):
+    rec = RoutingRecorder(num_layers=2, max_tokens=4, top_k=3, num_experts=8)
+    assert rec.layer_ids(1).shape == (0, 3)
+    ids = torch.full((1, 2, 3), -1, dtype=torch.int32)
+    assert RoutingRecorder.load(_capture_file(tmp_path / "never.safetensors", ids, [-1], num_experts=8,
+                                              top_k=3)).layer_ids(0).shape == (0, 3)
+    with pytest.raises(ValueError, match="num_tokens=-2, outside"):
+        RoutingRecorder.load(_capture_file(tmp_path / "neg.safetensors", ids, [-2], num_experts=8, top_k=3))
+
+
+def test_int16_holds_ids_up_to_32767():
+    """int16 takes a model of 32768 ids (0-32767), not one more: at the boundary, from the constructor and from a
+    loaded file alike."""
+    rec = RoutingRecorder(1, 1, 1, 32768, dtype=torch.int16)
+    x = torch.full((1, 32768), -5.0)
+    x[0, 32767] = 5.0
+    route(x, RouterConfig(num_experts=32768, top_k=1), recorder=rec, backend="reference")
+    assert rec.layer_ids(0).tolist() == [[32767]]
+    with pytest.raises(ValueError, match="int16"):
+        RoutingRecorder(1, 1, 1, 32769, dtype=torch.int16)

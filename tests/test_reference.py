@@ -257,6 +257,17 @@ def test_replica_policies():
     assert ids.flatten().tolist() == [0, 0, 0]
 
 
+def test_home_rank_policy_takes_the_first_home_replica_else_round_robin():
+    # E=2, P=6 on 3 ranks: slots [0, 1 | 0, 0 | 1, 1]; expert 0 at slots 0, 2, 3 (two on rank 1), expert 1 at 1, 4, 5.
+    placement = ExpertPlacement((0, 1, 0, 0, 1, 1), num_experts=2)
+    cfg = RouterConfig(num_experts=2, top_k=1)
+    layout = ExpertLayout(ep_size=3, placement=placement, replica_policy="home_rank")
+    _, ids = r([[1.0, 0.0]] * 4, cfg, layout, home_rank=1)
+    assert ids.flatten().tolist() == [2, 2, 2, 2]  # the lower of rank 1's two replicas
+    _, ids = r([[0.0, 1.0]] * 4, cfg, layout, home_rank=1)  # rank 1 holds no replica of expert 1
+    assert ids.flatten().tolist() == [1, 4, 5, 1]  # round robin over its replicas by token, as without the policy
+
+
 def test_padding_int_and_device_tensor():
     cfg = RouterConfig(num_experts=4, top_k=2, num_shared_experts=1)
     layout = ExpertLayout(shared_slots="global")
@@ -274,6 +285,19 @@ def test_hash_routing_keeps_table_order_and_weights_from_scores():
     assert ids.tolist() == [[1, 2], [3, 0]]
     sig = lambda v: 1 / (1 + math.exp(-v))  # noqa: E731
     assert w[1].tolist() == pytest.approx([sig(3.0), sig(0.0)], rel=1e-6)
+
+
+def test_hash_rows_outside_the_table_are_padding_in_the_reference():
+    """What a GPU router does with token ids route() cannot check without a sync (the reference called directly, as
+    the kernel tests call it): ids -1 and weights 0 for a token id of -1 or vocab and past, never an index error."""
+    from moegate.reference import route_reference
+
+    cfg = RouterConfig(num_experts=4, top_k=2, scoring="sigmoid", routing="hash")
+    table = torch.tensor([[3, 0], [1, 2]])
+    w, ids = route_reference(torch.zeros(4, 4), cfg, ExpertLayout(), token_ids=torch.tensor([1, 2, -1, 0]),
+                             hash_table=table)
+    assert ids.tolist() == [[1, 2], [-1, -1], [-1, -1], [3, 0]]
+    assert (w[1:3] == 0).all() and (w[[0, 3]] > 0).all()
 
 
 def test_capture_records_logical_routed_ids_only():

@@ -194,19 +194,19 @@ def test_checker_catches_the_seed_bugs():
     top5[0, 7] = top5[0, 8]  # a top-8 that runs top-7 plus a shared marker
     assert {"routed slot"} <= what(w, top5)
     past_end = ids.clone()
-    past_end[1, 8] = 392  # one past the per-rank id space
+    past_end[1, 8] = layout.id_space(256, 1)  # 264 = 8 ranks x (32 + 1): one past the per-rank id space
     assert {"id range", "shared id"} <= what(w, past_end)
     twice = w.clone()
     twice[:6, :8] *= 2.5  # rsf applied twice
     assert "renormalize" in what(twice, ids)
     live_pad = ids.clone()
-    live_pad[7, 8] = 7 * 49 + 48  # a padded row with a live shared slot
+    live_pad[7, 8] = 7 * 33 + 32  # a padded row with a live shared slot (rank 7's)
     assert "padding" in what(w, live_pad)
     wrong_shared = w.clone()
     wrong_shared[2, 8] = 0.4
     assert "shared weight" in what(wrong_shared, ids)
     swapped = ids.clone()
-    swapped[3, 0] = (int(swapped[3, 0]) + 1) % 49 if int(swapped[3, 0]) % 49 < 47 else int(swapped[3, 0]) - 1
+    swapped[3, 0] = (int(swapped[3, 0]) + 1) % 33 if int(swapped[3, 0]) % 33 < 31 else int(swapped[3, 0]) - 1
     assert what(w, swapped) & {"selection", "distinct"}
     # Columns out of key order (ids and weights permuted together, so every weight still matches its expert).
     reordered_w, reordered_ids = w.clone(), ids.clone()
@@ -232,3 +232,59 @@ def test_checker_forgives_near_tied_columns_and_needs_both_hash_tensors():
         check_routing(w, ids, hashed, logits=logits, hash_table=table)
     with pytest.raises(ValueError, match="hash_table is missing"):
         check_routing(w, ids, hashed, token_ids=tids)
+
+
+def test_checker_flags_each_kind_without_logits():
+    """Every invariant check_routing holds without logits, each on one corruption of correct output (and the
+    selection and hash checks with them): a checker that lets one of these through lets a real bug through."""
+    cfg = RouterConfig(8, 2, scoring="sigmoid", num_shared_experts=1)
+    x = torch.tensor([[0.0, 3.0, 1.0, 2.0, -1.0, 0.5, -2.0, 2.5]] * 4)
+
+    def what(w, ids, layout, config=cfg, **kw):
+        return {v.what for v in check_routing(w, ids, config, layout, **kw)}
+
+    per_rank = ExpertLayout(shared_slots="per_rank", ep_size=2)  # L = 4: rank 0 owns slots 0-3 and shared 4
+    w, ids = route(x, cfg, per_rank, num_valid_tokens=3, backend="reference")
+    assert what(w, ids, per_rank, num_valid_tokens=3) == set()
+    bad = ids.clone()
+    bad[0, 1] = 4  # rank 0's shared slot in a routed column
+    assert "routed slot" in what(w, bad, per_rank, num_valid_tokens=3)
+    bad = ids.clone()
+    bad[0, 0] = per_rank.id_space(8, 1)  # one past the id space (10)
+    assert "id range" in what(w, bad, per_rank, num_valid_tokens=3)
+    bad_w = w.clone()
+    bad_w[3, 2] = 0.5  # a padded row (ids all -1) with a weight
+    assert what(bad_w, ids, per_rank, num_valid_tokens=3) == {"padding"}
+    glob = ExpertLayout(shared_slots="global")  # P = 8: the shared column is id 8
+    w, ids = route(x, cfg, glob, backend="reference")
+    bad = ids.clone()
+    bad[1, 0] = 8
+    assert "routed slot" in what(w, bad, glob)
+    assert "routed slot" in what(w, bad, glob, logits=x)
+    bad = ids.clone()
+    bad[1, 1] = bad[1, 0]  # an expert twice
+    assert "distinct" in what(w, bad, glob)
+    zero = ids.clone()
+    zero[2, :2] = 0  # expert 0 twice
+    assert "distinct" in what(w, zero, glob)
+    signed = w.clone()
+    signed[2, 0], signed[2, 1] = 1.5, -0.5  # sums to 1, one weight negative
+    assert "weight" in what(signed, ids, glob)
+    twice = w.clone()
+    twice[:, :2] *= 2.0  # a scale applied twice: the routed sum is 2
+    assert "renormalize" in what(twice, ids, glob)
+    last = ids.clone()
+    last[0, 1] = 6  # only the last routed expert wrong (the reference's second is 7, key 2.5; 6 has -2)
+    assert "selection" in what(w, last, glob, logits=x)
+
+    hashed = RouterConfig(8, 2, scoring="sigmoid", routing="hash")
+    table = torch.tensor([[3, 0], [1, 2], [5, 6]])
+    tids = torch.tensor([2, 0, 1, 2])
+    w, ids = route(x, hashed, token_ids=tids, hash_table=table, backend="reference")
+    kw = dict(config=hashed, hash_table=table)
+    assert what(w, ids, ExpertLayout(), token_ids=tids, **kw) == set()
+    flipped = ids.flip(1).contiguous(), w.flip(1).contiguous()
+    assert "hash ids" in what(flipped[1], flipped[0], ExpertLayout(), token_ids=tids, **kw)
+    assert "hash ids" in what(flipped[1], flipped[0], ExpertLayout(), token_ids=tids, logits=x, **kw)
+    outside = torch.tensor([2, 0, 3, 2])  # token id 3: the table has 3 rows
+    assert "hash ids" in what(w, ids, ExpertLayout(), token_ids=outside, **kw)

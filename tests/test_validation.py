@@ -179,6 +179,25 @@ def test_hash_table_views_are_checked_once_each(monkeypatch):
     assert len(checks._CHECKED_TABLES) <= 5
 
 
+def test_outputs_side_by_side_in_one_workspace_are_fine():
+    """Back-to-back slices of one buffer do not overlap (the end of one is the start of the next); one element
+    shared is an overlap."""
+    flat = torch.zeros(16)
+    w, ids = route(torch.randn(4, 8), RouterConfig(8, 2), out=(flat[:8].view(4, 2), flat[8:].view(torch.int32)
+                                                                .view(4, 2)), backend="reference")
+    assert ids.shape == (4, 2) and (ids >= 0).all()
+    with pytest.raises(ValueError, match="overlap"):
+        route(torch.randn(4, 8), RouterConfig(8, 2), out=(flat[:8].view(4, 2), flat[7:15].view(torch.int32)
+                                                          .view(4, 2)), backend="reference")
+
+
+def test_an_empty_hash_table_is_refused_even_for_no_tokens():
+    cfg = RouterConfig(num_experts=8, top_k=2, routing="hash")
+    with pytest.raises(ValueError, match="vocab >= 1"):
+        call(logits=torch.randn(0, 8), config=cfg, token_ids=torch.zeros(0, dtype=torch.long),
+             hash_table=torch.zeros(0, 2, dtype=torch.long))
+
+
 def test_padded_rows_may_hold_any_token_id():
     cfg = RouterConfig(num_experts=8, top_k=2, routing="hash")
     w, ids = call(config=cfg, token_ids=torch.tensor([0, 1, 99, -5]), hash_table=torch.tensor([[3, 1], [2, 0]]),

@@ -48,8 +48,8 @@ class RoutingRecorder:
         _check_int("num_experts", num_experts, 1)
         if dtype not in RECORD_DTYPES:
             raise TypeError(f"dtype must be torch.int16 or torch.int32, got {dtype}")
-        if dtype == torch.int16 and num_experts > 32767:
-            raise ValueError(f"num_experts={num_experts} does not fit int16 ids; use dtype=torch.int32")
+        if dtype == torch.int16 and num_experts > 32768:  # ids 0 .. num_experts - 1
+            raise ValueError(f"num_experts={num_experts} does not fit int16 ids (up to 32767); use dtype=torch.int32")
         self.num_experts = num_experts
         self.ids = torch.full((num_layers, max_tokens, top_k), -1, dtype=dtype, device=device)
         self.num_tokens = torch.full((num_layers,), -1, dtype=torch.int64, device=device)
