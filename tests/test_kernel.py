@@ -1911,8 +1911,8 @@ def test_cuda_graph_replay_equals_eager(E, monkeypatch):
 
 
 def test_torch_compile_hash_routing():
-    """Hash routing traced whole: the table's host check runs where route() ran eagerly, not in the graph (which
-    has no table contents to read)."""
+    """Hash routing traced whole. The graph has no table contents to read: the fused op checks the table when the
+    graph runs (once per table, a cache hit after an eager call), before its launch."""
     config = RouterConfig(64, 4, routing="hash", scoring="sigmoid")
     g = torch.Generator().manual_seed(4)
     table = torch.stack([torch.randperm(64, generator=g)[:4] for _ in range(32)]).to(DEVICE)
@@ -1927,6 +1927,19 @@ def test_torch_compile_hash_routing():
     torch._dynamo.reset()
     w = torch.compile(f, fullgraph=True, backend="inductor" if HAS_CUDA else "eager")(logits, tids)
     assert torch.equal(w / 2, want.weights) and torch.equal(want.ids.long(), table[tids].long())
+    # A table first seen inside the compiled graph is still checked, when the graph runs, before the launch.
+    bad = table.clone()
+    bad[3, 1] = bad[3, 0]  # repeats an expert
+    out = poisoned_out(T, 4)
+
+    def h(x, t, tab):
+        route(x, config, token_ids=t, hash_table=tab, out=out, backend="triton")
+        return out[0] * 2
+
+    torch._dynamo.reset()
+    with pytest.raises(ValueError, match="repeats an expert"):
+        torch.compile(h, fullgraph=True, backend="inductor" if HAS_CUDA else "eager")(logits, tids, bad)
+    assert torch.isnan(out[0]).all() and (out[1] == -7).all()
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")

@@ -202,7 +202,7 @@ def _check_hash_table(hash_table, num_experts: int, top_k: int, device: torch.de
     _check_same_device("hash_table", hash_table, device)
     if torch.compiler.is_compiling():
         # A traced graph has no table contents to read (nor data pointers to key the cache on): under torch.compile
-        # the table is checked where route() ran on it eagerly first, as CUDA-graph capture requires too.
+        # the fused op checks the table when the graph runs (kernels.router._route_op).
         return
     key, owner = _table_key(hash_table, num_experts)
     seen = _CHECKED_TABLES.get(key)

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from moegate._checks import _overlap
+from moegate._checks import _check_hash_table, _overlap
 from moegate.config import RouterConfig
 from moegate.kernels import router_kernel as rk
 from moegate.layout import ExpertLayout
@@ -564,8 +564,13 @@ def _route_op(
     spec: list[int],
     params: list[float],
 ) -> None:
+    spec = _Spec(*spec)
+    if hash_table is not None:
+        # route() checked the table where it ran eagerly (a cache hit here); a traced graph reads no table, so a
+        # compiled call is checked here, on the real tensors, before its launch.
+        _check_hash_table(hash_table, spec.N_GROUP * spec.GROUP_SIZE, spec.K, logits.device)
     args = (logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
-            weights, ids, packed, rec_ids, rec_count, _Spec(*spec), params)
+            weights, ids, packed, rec_ids, rec_count, spec, params)
     if logits.is_cuda and logits.device.index != torch.cuda.current_device():
         # Triton launches on the current device and its current stream: make them the logits' (several GPUs in one
         # process, e.g. a model spread over devices), so the launch follows the stream that produced the logits.
