@@ -1257,7 +1257,7 @@ def test_fast_sqrtsoftplus_keys_at_one_row_or_large_T(T, monkeypatch):
         assert _launch_kwargs(torch.empty(T, 256, dtype=torch.bfloat16), plain)["APPROX_KEYS"] is False
         assert _launch_kwargs(torch.empty(T, 256), plain)["APPROX_KEYS"] is want
     hashed = RouterConfig(256, 6, scoring="sqrtsoftplus", routing="hash")
-    table = torch.zeros(50, 6, dtype=torch.int32)
+    table = torch.arange(6, dtype=torch.int32).repeat(50, 1)  # a valid table: the fused op checks it
     assert _launch_kwargs(torch.empty(T, 256), hashed, token_ids=torch.zeros(T, dtype=torch.int64),
                           hash_table=table)["APPROX_KEYS"] is False
 
@@ -1294,7 +1294,7 @@ def test_softmax_logit_keys_only_where_they_hold():
     """The launcher selects on logits only for renormalized softmax without bias, groups or hash routing,
     one row a program, and renorm_eps far below the weights' sum; every other softmax keeps its scores."""
     x = torch.randn(4, 64)
-    hashed = {"token_ids": torch.arange(4), "hash_table": torch.randint(0, 64, (16, 8), dtype=torch.int32)}
+    hashed = {"token_ids": torch.arange(4), "hash_table": torch.arange(8, dtype=torch.int32).repeat(16, 1)}
     cases = [
         (RouterConfig(64, 8, scoring="softmax", renormalize=True), {}, True),
         (RouterConfig(64, 8, scoring="softmax", renormalize=False), {}, False),
