@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from moegate import from_hf_config, route
-from moegate.hf import FAMILIES, UNSUPPORTED, moe_layer_types
+from moegate.hf import FAMILIES, SYNONYMS, UNSUPPORTED, moe_layer_types
 from moegate.reference import scores_and_keys
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed: no model routers to compare")
@@ -498,6 +498,21 @@ def test_layer_types_derive_like_the_config_class(model_type, kwargs):
     assert moe_layer_types({"model_type": model_type, **kwargs}) == moe_layer_types(cfg)
     stored = cfg.to_dict().get("mlp_layer_types")
     assert stored is not None and len(stored) == len(moe_layer_types(cfg))
+
+
+def _layer_count(config):
+    try:
+        return len(moe_layer_types(config))
+    except (ValueError, NotImplementedError) as exc:
+        return type(exc).__name__
+
+
+@pytest.mark.parametrize("model_type", sorted(t for t in set(FAMILIES) | set(SYNONYMS)
+                                              if t in transformers.CONFIG_MAPPING))
+def test_omitted_layer_count_is_the_config_class_default(model_type):
+    """A config.json that omits num_hidden_layers has the config class's default number of decoder layers
+    (Qwen3-Omni's thinker took 48 where Qwen3OmniMoeTextConfig says 28)."""
+    assert _layer_count({"model_type": model_type}) == _layer_count(transformers.CONFIG_MAPPING[model_type]())
 
 
 @pytest.mark.parametrize(

@@ -547,7 +547,7 @@ FAMILIES: dict[str, _Family] = {
                                 _all_moe, 40, "shared expert gated by sigmoid(Linear(H, 1)) inside the shared expert"),
     "qwen3_vl_moe_text": _Family("SM-R", _smr("num_local_experts", "num_experts_per_tok", 60, 4), _LOCAL,
                                  _qwen_sparse_step, 24),
-    "qwen3_omni_moe_text": _Family("SM-F", _qwen_smf(128, 8, True, 0), {}, _qwen_sparse_step, 48,
+    "qwen3_omni_moe_text": _Family("SM-F", _qwen_smf(128, 8, True, 0), {}, _qwen_sparse_step, 28,
                                    "the thinker's text model"),
     # The talker's decoder layer replaces its MLP with the MoE block whatever decoder_sparse_step says.
     "qwen3_omni_moe_talker_text": _Family("SM-F", _qwen_smf(128, 8, False, 1, E="num_local_experts"), _LOCAL,

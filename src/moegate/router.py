@@ -86,7 +86,7 @@ def route(
     ---------
     1. x = logit_scale * logits; x = c * tanh(x / c) with a softcap c.
     2. Scores s: softmax (max-subtracted) / sigmoid / sqrt(softplus(x)). NaN logits count as -inf.
-    3. Key: s or x (``selection``), + bias when the model has one. NaN and -inf logits get key -inf.
+    3. Key: s or x (``selection``), + bias when the model has one. NaN and -inf x (after step 1) get key -inf.
     4. Groups: keep the ``topk_group`` best of ``n_group`` (top2_sum / max); exclude or zero the rest.
     5. The K largest keys, descending, ties to the lower id: K distinct ids in [0, E + Z).
     6. w = s[ids] (unbiased).  7. renormalize: w / (norm + eps).  8. rsf once, in weights or on output.
