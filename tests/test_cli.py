@@ -608,8 +608,135 @@ def test_bench_set_takes_launcher_settings_and_refuses_anything_else(capsys):
     got = bench._parse_settings(parser, ["PDL_MAX_TOKENS=2048", "approx_keys_override = False",
                                          "launch_override=(2, 1)"])
     assert got == {"PDL_MAX_TOKENS": 2048, "approx_keys_override": False, "launch_override": (2, 1)}
-    for bad in ("NOPE=1", "PDL_MAX_TOKENS", "PDL_MAX_TOKENS=2O48", "_use_pdl=1", "route_triton=None", "=3"):
+    for bad in ("NOPE=1", "PDL_MAX_TOKENS", "PDL_MAX_TOKENS=2O48", "_use_pdl=1", "route_triton=None", "=3",
+                "torch=1", "triton=None", "rk=1"):  # the launcher's imported modules are no settings
         with pytest.raises(SystemExit) as e:
             bench.main(["--set", bad])
         assert e.value.code == 2
         assert "--set" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--ab-variants", "exact-keys"], "--ab-variants chooses the variants of --ab"),
+    (["--ab", "16", "--ab-variants", "exact-kyes"], "unknown name 'exact-kyes'"),
+    (["--ab", "16,x"], "--ab '16,x'"),
+    (["--tokens", "1,x"], "--tokens '1,x'"),
+    (["--ref-tokens", "-4"], "token counts are >= 0"),
+    (["--compiled-shapes", "nope"], "--compiled-shapes: unknown name 'nope'"),
+    (["--shapes", "deepseek-v3-fp32,nope"], "--shapes: unknown name 'nope'"),
+    (["--sweep", "--ab", "16"], "--sweep times launch shapes"),
+])
+def test_bench_usage_errors_come_before_anything_runs(capsys, monkeypatch, argv, message):
+    """A typo in any option is a usage error before the table (it used to surface after the whole run, or as
+    a traceback), on a machine with a GPU as on one without."""
+    from moegate import bench
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("the benchmark ran")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "bench", no_run)
+    monkeypatch.setattr(bench, "sweep", no_run)
+    with pytest.raises(SystemExit) as e:
+        bench.main(argv)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_summary_leaves_out_failed_providers():
+    """A provider that failed is recorded as None (a row to print, not a crash): the summary drops it from the
+    figures that need it and says so, and the rows that did run still count."""
+    from moegate.bench import summary
+
+    rows = [{"shape": "q", "T": 4096, "moegate": None, "sglang": 10.0, "floor": 3.0, "floor0": 3.5},
+            {"shape": "q", "T": 8192, "moegate": 2.0, "sglang": None, "floor": 1.0, "floor0": None},
+            {"shape": "q", "T": 65536, "moegate": 3.0, "sglang": 12.0, "floor": 1.0, "floor0": 1.2}]
+    lines = summary(rows)
+    assert lines[0].startswith("geo-mean moegate/sglang over T >= 4096: 0.250 ")
+    assert any("left out" in ln and "('q', 4096)" in ln for ln in lines)
+    assert any("worst moegate / floor at T >= 32768: ('q', 65536, 3.0)" in ln for ln in lines)
+
+
+def test_show_gives_the_shared_expert_scale(capsys, tmp_path):
+    """A shared expert of scale 0.5 (Cohere2-MoE's "average") has weight 0.5 in the columns `route` writes; `show`
+    said 1."""
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "cohere2_moe", "num_experts": 8, "num_experts_per_tok": 2, "num_shared_experts": 1,
+        "shared_expert_combination_strategy": "average"}))
+    got = run_json(capsys, "route", "--hf-config", str(tmp_path), "--shared-slots", "global", "--tokens", "16")
+    assert got["weights"]["shared"] == [0.5]
+    code, out, err = run_cli(capsys, "show", str(tmp_path))
+    assert code == 0, err
+    assert "weight 0.5 (shared_expert_scale" in out and "weight 1 " not in out
+    from moegate import from_hf_config
+
+    assert "1 shared expert x 0.5" in describe(from_hf_config(tmp_path))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["route", "--device", "mps"], "--device must be cpu, cuda, cuda:N or auto, got 'mps'"),
+    (["route", "--device", "meta"], "--device must be cpu, cuda, cuda:N or auto, got 'meta'"),
+    (["route", "--logits-key", "x"], "--logits-key names a tensor of --logits"),
+    (["route", "--bias-key", "x"], "--bias-key names a tensor of --bias"),
+    (["route", "--preset", "deepseek-v3", "--layer", "3"], "--layer picks a decoder layer of --hf-config"),
+    (["show", "deepseek-v3", "--layer", "3"], "--layer picks a decoder layer of a config.json"),
+])
+def test_route_and_show_usage_errors(capsys, argv, message):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert message in err and "Traceback" not in err
+
+
+def test_a_config_json_that_is_not_an_object_is_one_error_line(capsys, tmp_path):
+    (tmp_path / "config.json").write_text("[1, 2]")
+    for argv in (["show", str(tmp_path)], ["route", "--hf-config", str(tmp_path)]):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 2
+        assert "a config.json holds a JSON object, this one a list" in err
+
+
+def test_record_to_a_missing_folder_fails_before_routing(capsys, tmp_path, monkeypatch):
+    """An unwritable --record path is a usage error found before the run (it was a safetensors traceback, exit 1,
+    after it)."""
+    import moegate.cli as cli
+
+    def no_route(*args, **kwargs):
+        raise AssertionError("routed before checking --record")
+
+    monkeypatch.setattr(cli, "_route_inputs", no_route)
+    code, out, err = run_cli(capsys, "route", "--preset", "mixtral", "--tokens", "10", "--record",
+                             str(tmp_path / "missing" / "cap.safetensors"))
+    assert code == 2
+    assert "--record" in err and "no folder" in err
+
+
+def test_bias_key_picks_one_tensor_of_a_file(capsys, tmp_path):
+    """A checkpoint slice holds one bias a layer: --bias-key picks one (without it the file is ambiguous)."""
+    from safetensors.torch import save_file
+
+    cfg = preset("deepseek-v3")
+    b3, b4 = torch.randn(cfg.num_experts) * 0.1, torch.randn(cfg.num_experts) * 0.1
+    path = tmp_path / "bias.safetensors"
+    save_file({"model.layers.3.mlp.gate.e_score_correction_bias": b3,
+               "model.layers.4.mlp.gate.e_score_correction_bias": b4}, str(path))
+    code, out, err = run_cli(capsys, "route", "--preset", "deepseek-v3", "--tokens", "64", "--bias", str(path))
+    assert code == 2 and "--bias-key" not in out
+    got = run_json(capsys, "route", "--preset", "deepseek-v3", "--tokens", "64", "--seed", "5", "--bias", str(path),
+                   "--bias-key", "model.layers.4.mlp.gate.e_score_correction_bias")
+    _w, ids = route(synthetic_logits(64, cfg.num_experts, seed=5, skew=1.0), cfg, bias=b4)
+    assert got["load"]["per_expert"] == expected_load(ids, cfg.top_k, cfg.num_experts)
+
+
+def test_layer_picks_the_routing_of_one_decoder_layer(capsys, tmp_path):
+    """DeepSeek-V4's first layers route by a hash of the token id: `--layer 0` routes them (synthetic table and
+    token ids), where the config alone gives the MoE layers' routing."""
+    from moegate import from_hf_config
+    from moegate.presets import preset_hf_config
+
+    (tmp_path / "config.json").write_text(json.dumps(preset_hf_config("deepseek-v4")))
+    got = run_json(capsys, "route", "--hf-config", str(tmp_path), "--layer", "0", "--tokens", "64")
+    assert got["config"] == from_hf_config(tmp_path, layer=0).to_dict() and got["config"]["routing"] == "hash"
+    assert got["check"]["ok"] and got["check"]["reference_rows"] == 64
+    shown = run_json(capsys, "show", str(tmp_path), "--layer", "0")
+    assert shown["config"]["routing"] == "hash"
+    assert run_json(capsys, "show", str(tmp_path))["config"]["routing"] != "hash"

@@ -31,6 +31,7 @@ import math
 import os
 import sys
 import time
+import types
 
 import torch
 
@@ -323,7 +324,11 @@ def _format_row(r):
 
 
 def summary(rows):
-    """The issue's targets, each with the figure it is judged on."""
+    """The issue's targets, each with the figure it is judged on. A provider that failed (None) drops its row
+    from the figures that need it; the summary says how many rows that was."""
+    failed = [r for r in rows if r.get("moegate") is None or r.get("floor") is None]
+    rows = [r for r in rows if r not in failed]
+    rows = [{**r, "sglang": r.get("sglang") or None, "floor0": r.get("floor0") or None} for r in rows]
     big = [r["moegate"] / r["sglang"] for r in rows if r["T"] >= 4096 and r.get("sglang")]
     slower = [(r["shape"], r["T"], r["moegate"] / r["sglang"]) for r in rows
               if r.get("sglang") and r["moegate"] > r["sglang"]]
@@ -342,6 +347,8 @@ def summary(rows):
         f"worst moegate / floor at T >= 32768: {worst_large} (target <= 2: "
         f"{'met' if worst_large is None or worst_large[2] <= 2 else 'NOT met'})",
     ]
+    if failed:
+        lines.append(f"left out (moegate or the floor failed): {[(r['shape'], r['T']) for r in failed]}")
     checked = [r for r in rows if r.get("violations") is not None]
     if checked:
         wrong = [(r["shape"], r["T"], r["violations"]) for r in checked if r["violations"]]
@@ -459,9 +466,11 @@ def _candidates(width, thread_rows=False, split=0):
 
 
 def sweep(shapes, tokens, rep):
-    """Time every (rows per program, warps) candidate; print the best per shape and T."""
+    """Time every (rows per program, warps) candidate; print the best per shape and T. Returns the rows
+    ({shape, T, heuristic, best, times: {"rows x warps": us}}; a candidate that failed is None)."""
     import moegate.kernels.router as kr
 
+    rows = []
     for name in shapes:
         config, dtype = SHAPES[name]
         g, gs = kr._tile_shape(config)
@@ -483,6 +492,9 @@ def sweep(shapes, tokens, rep):
             best = min(times, key=times.get)
             print(f"sweep {name:18} T={T:>6} heuristic {heur:7.2f} us, best {best} {times[best]:7.2f} us | "
                   + " ".join(f"{c[0]}x{c[1]}:{t:.1f}" for c, t in times.items()), flush=True)
+            rows.append({"shape": name, "T": T, "heuristic": heur, "best": f"{best[0]}x{best[1]}",
+                         "times": {f"{c[0]}x{c[1]}": (t if math.isfinite(t) else None) for c, t in times.items()}})
+    return rows
 
 
 def _parse_settings(parser, items):
@@ -496,8 +508,9 @@ def _parse_settings(parser, items):
     for item in items:
         name, sep, text = item.partition("=")
         name = name.strip()
-        if not sep or not name.isidentifier() or name.startswith("_") or not hasattr(kr, name) \
-                or callable(getattr(kr, name)):
+        if not sep or not name.isidentifier() or not (name.isupper() or name.endswith("_override")) \
+                or name.startswith("_") or not hasattr(kr, name) or callable(getattr(kr, name)) \
+                or isinstance(getattr(kr, name), types.ModuleType):
             parser.error(f"--set {item!r}: NAME=VALUE with NAME a setting of moegate.kernels.router "
                          "(an upper-case constant or a *_override)")
         try:
@@ -505,6 +518,24 @@ def _parse_settings(parser, items):
         except (ValueError, SyntaxError):
             parser.error(f"--set {item!r}: {text!r} is not a Python literal")
     return settings
+
+
+def _names(parser, option: str, text: str, valid) -> list[str]:
+    names = [n for n in text.split(",") if n]
+    for n in names:
+        if n not in valid:
+            parser.error(f"{option}: unknown name {n!r}; valid: {', '.join(valid)}")
+    return names
+
+
+def _counts(parser, option: str, text: str) -> list[int]:
+    try:
+        counts = [int(t) for t in text.split(",") if t]
+    except ValueError:
+        parser.error(f"{option} {text!r}: comma-separated token counts")
+    if any(t < 0 for t in counts):
+        parser.error(f"{option} {text!r}: token counts are >= 0")
+    return counts
 
 
 def main(argv=None) -> int:
@@ -542,6 +573,20 @@ def main(argv=None) -> int:
                         "literal), e.g. PDL_MAX_TOKENS=2048 or approx_keys_override=False; repeatable")
     args = p.parse_args(argv)
     settings = _parse_settings(p, args.set)
+    # Every usage error before anything runs (a typo found after the table would cost the whole run).
+    shapes = _names(p, "--shapes", args.shapes, SHAPES)
+    compiled_shapes = set(shapes if args.compiled_shapes is None
+                          else _names(p, "--compiled-shapes", args.compiled_shapes, SHAPES))
+    tokens = _counts(p, "--tokens", args.tokens)
+    ref_tokens = set(_counts(p, "--ref-tokens", args.ref_tokens))
+    if args.repeats < 1:
+        p.error(f"--repeats must be >= 1, not {args.repeats}")
+    if args.ab_variants is not None and not args.ab:
+        p.error("--ab-variants chooses the variants of --ab; give --ab T,...")
+    ab_tokens = _counts(p, "--ab", args.ab) if args.ab else []
+    variants = None if args.ab_variants is None else _names(p, "--ab-variants", args.ab_variants, AB_VARIANTS)
+    if args.sweep and args.ab:
+        p.error("--sweep times launch shapes, not the --ab variants; give one of them")
     VERIFY_ROWS = args.verify_rows
     TIMER = args.timer
     COUNT_FALLBACKS = args.fallbacks
@@ -550,14 +595,6 @@ def main(argv=None) -> int:
         return 2
     import triton
 
-    shapes = [s for s in args.shapes.split(",") if s]
-    for s in shapes:
-        if s not in SHAPES:
-            p.error(f"unknown shape {s!r}; valid: {', '.join(SHAPES)}")
-    tokens = [int(t) for t in args.tokens.split(",") if t]
-    if args.repeats < 1:
-        p.error(f"--repeats must be >= 1, not {args.repeats}")
-    ref_tokens = {int(t) for t in args.ref_tokens.split(",") if t}
     import moegate.kernels.router as kr
 
     for name, value in settings.items():
@@ -566,23 +603,22 @@ def main(argv=None) -> int:
           f"torch {torch.__version__} | triton {triton.__version__} | timer {TIMER}: CUDA-graph median, "
           f"rep={args.rep} ms" + "".join(f" | {k}={v!r}" for k, v in settings.items()))
     if args.sweep:
-        sweep(shapes, tokens, args.rep)
+        rows = sweep(shapes, tokens, args.rep)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                           "triton": triton.__version__, "sweep": rows}, f, indent=1)
         return 0
     sglang = _load_sglang()
     print(HEADER)
-    compiled_shapes = set(shapes if args.compiled_shapes is None else args.compiled_shapes.split(","))
     rows = bench(shapes, tokens, ref_tokens, args.rep, sglang, compiled_shapes, args.repeats)
     print("\n" + HEADER)
     for r in rows:
         print(_format_row(r))
     lines = summary(rows) if sglang is not None else ["(no sglang: no ratios)"]
     print("\n".join(lines))
-    if args.ab:
-        variants = None if args.ab_variants is None else args.ab_variants.split(",")
-        for v in variants or ():
-            if v not in AB_VARIANTS:
-                p.error(f"unknown --ab-variants entry {v!r}; valid: {', '.join(AB_VARIANTS)}")
-        ab(shapes, [int(t) for t in args.ab.split(",") if t], args.rep, variants, args.repeats)
+    if ab_tokens:
+        ab(shapes, ab_tokens, args.rep, variants, args.repeats)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import sys
 import time
@@ -112,7 +113,8 @@ def describe(config: RouterConfig) -> str:
     rsf = config.routed_scaling_factor
     parts.append("no scaling" if rsf == 1.0 else f"routed scaling {_num(rsf)}")
     if config.num_shared_experts:
-        parts.append(f"{config.num_shared_experts} shared expert" + ("" if config.num_shared_experts == 1 else "s"))
+        parts.append(f"{config.num_shared_experts} shared expert" + ("" if config.num_shared_experts == 1 else "s")
+                     + ("" if config.shared_expert_scale == 1.0 else f" x {_num(config.shared_expert_scale)}"))
     return ", ".join(parts)
 
 
@@ -177,8 +179,10 @@ def explain(config: RouterConfig) -> list[tuple[str, str]]:
                   f"x {_num(rsf)} (routed_scaling_factor) exactly once: in the weights (scale='in_weights') "
                   "or on the MoE output (scale='on_output')"))
     S = config.num_shared_experts
+    scale = config.shared_expert_scale
+    weight = "weight 1 (1/rsf" if scale == 1.0 else f"weight {_num(scale)} (shared_expert_scale; {_num(scale)}/rsf"
     steps.append(("10 shared", "none" if S == 0 else
-                  f"{S} shared expert{'' if S == 1 else 's'} always on, weight 1 (1/rsf with scale='on_output'); "
+                  f"{S} shared expert{'' if S == 1 else 's'} always on, {weight} with scale='on_output'); "
                   "columns appear only with shared_slots='global' or 'per_rank'"))
     return steps
 
@@ -196,14 +200,17 @@ def _config_path(path: str) -> Path:
     return p
 
 
-def load_config(preset_name: str | None, hf_config: str | None) -> tuple[RouterConfig, str]:
-    """(config, where it came from): a preset name, a config.json (or a folder holding one), or the default."""
+def load_config(preset_name: str | None, hf_config: str | None, layer: int | None = None) -> tuple[RouterConfig, str]:
+    """(config, where it came from): a preset name, a config.json (or a folder holding one), or the default.
+    ``layer``: the decoder layer of a config.json whose layers route differently (``from_hf_config(layer=)``)."""
     if preset_name is not None and hf_config is not None:
         raise CliError("give --preset or --hf-config, not both")
+    if layer is not None and hf_config is None:
+        raise CliError("--layer picks a decoder layer of --hf-config (a preset is one layer's routing)")
     if hf_config is not None:
         path = _config_path(hf_config)
         try:
-            return from_hf_config(path), str(path)
+            return from_hf_config(path, layer=layer), str(path) + ("" if layer is None else f", layer {layer}")
         except json.JSONDecodeError as exc:
             raise CliError(f"{path}: not valid JSON ({exc})") from None
         except KeyError as exc:
@@ -264,6 +271,15 @@ def _pick_key(path: str, names: list[str], key: str | None, prefer: tuple[str, .
     raise CliError(f"{path} holds {len(names)} tensors {sorted(names)}; pick one with the key option")
 
 
+def _check_writable(path: str, option: str) -> None:
+    """An output file's folder exists and can be written, checked before the run rather than after it."""
+    folder = Path(path).resolve().parent
+    if not folder.is_dir():
+        raise CliError(f"{option} {path}: no folder {folder}")
+    if not os.access(folder, os.W_OK):
+        raise CliError(f"{option} {path}: the folder {folder} is not writable")
+
+
 def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -271,6 +287,8 @@ def _device(name: str) -> torch.device:
         device = torch.device(name)
     except RuntimeError:
         raise CliError(f"--device must be cpu, cuda, cuda:N or auto, got {name!r}") from None
+    if device.type not in ("cpu", "cuda"):
+        raise CliError(f"--device must be cpu, cuda, cuda:N or auto, got {name!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise CliError(f"--device {name}: torch {torch.__version__} sees no CUDA device")
     return device
@@ -404,6 +422,10 @@ def _route_inputs(args, config: RouterConfig, device: torch.device):
     """(logits source, file logits or None, T, bias, expert_scale, hash_table, token_ids or None, notes)."""
     notes = {}
     file_logits = None
+    if args.logits_key is not None and args.logits is None:
+        raise CliError("--logits-key names a tensor of --logits; give --logits FILE")
+    if args.bias_key is not None and args.bias is None:
+        raise CliError("--bias-key names a tensor of --bias; give --bias FILE")
     if args.logits is not None:
         file_logits = load_tensor(args.logits, args.logits_key, prefer=("logits", "router_logits"))
         if file_logits.dim() < 2:
@@ -426,7 +448,7 @@ def _route_inputs(args, config: RouterConfig, device: torch.device):
     bias = expert_scale = hash_table = token_ids = None
     if config.has_correction_bias:
         if args.bias is not None:
-            bias = load_tensor(args.bias, None, prefer=("bias", "e_score_correction_bias")).reshape(-1)
+            bias = load_tensor(args.bias, args.bias_key, prefer=("bias", "e_score_correction_bias")).reshape(-1)
             if bias.dtype == torch.float64:
                 bias = bias.float()
             notes["bias"] = args.bias
@@ -448,11 +470,13 @@ def _route_inputs(args, config: RouterConfig, device: torch.device):
 
 def run_route(args) -> dict:
     """Route the batch that ``args`` describes, in chunks; returns the summary (what ``--json`` prints)."""
-    config, config_source = load_config(args.preset, args.hf_config)
+    config, config_source = load_config(args.preset, args.hf_config, args.layer)
     layout = ExpertLayout(shared_slots=args.shared_slots, ep_size=args.ep_size, scale=args.scale)
     device = _device(args.device)
     if args.plot is not None:
         _require_matplotlib()
+    if args.record is not None:
+        _check_writable(args.record, "--record")
     dtype = DTYPES[args.dtype or "float32"]
     source, file_logits, T, bias, expert_scale, hash_table, token_ids, notes = _route_inputs(args, config, device)
     num_valid = T if args.valid_tokens is None else args.valid_tokens
@@ -509,7 +533,10 @@ def run_route(args) -> dict:
         capture = RoutingRecorder(1, T, K, config.num_scored)
         capture.ids[0].copy_(full_ids)
         capture.num_tokens[0] = T
-        capture.save(args.record)
+        try:
+            capture.save(args.record)
+        except Exception as exc:  # safetensors raises its own error type for I/O failures
+            raise CliError(f"--record {args.record}: cannot write the capture ({exc})") from None
     summary = {
         "command": "route",
         "config_source": config_source,
@@ -839,8 +866,8 @@ def _check_capture_rows(ids: torch.Tensor, num_experts: int, layer: int, found: 
 
 def _cmd_check(args) -> int:
     config = None
-    if args.preset is not None or args.hf_config is not None:
-        config, _ = load_config(args.preset, args.hf_config)
+    if args.preset is not None or args.hf_config is not None or args.layer is not None:
+        config, _ = load_config(args.preset, args.hf_config, args.layer)
     summary = check_capture(args.file, config)
     if args.json:
         _print_json(summary)
@@ -894,15 +921,17 @@ def _cmd_presets(args) -> int:
     return 0
 
 
-def _show_target(target: str) -> tuple[RouterConfig, str]:
+def _show_target(target: str, layer: int | None = None) -> tuple[RouterConfig, str]:
     p = Path(target)
     if p.exists() or target.endswith(".json"):
-        return load_config(None, target)
+        return load_config(None, target, layer)
+    if layer is not None:
+        raise CliError(f"--layer picks a decoder layer of a config.json; {target!r} is a preset name")
     return load_config(target, None)
 
 
 def _cmd_show(args) -> int:
-    config, source = _show_target(args.target)
+    config, source = _show_target(args.target, args.layer)
     steps = explain(config)
     if args.json:
         _print_json({"command": "show", "source": source, "semantics": describe(config), "config": config.to_dict(),
@@ -1031,6 +1060,13 @@ def _add_config_args(p: argparse.ArgumentParser, default_note: str) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--preset", metavar="NAME", help=f"a named config (moegate presets); {default_note}")
     group.add_argument("--hf-config", metavar="CONFIG_JSON", help="a model's config.json, or a folder holding one")
+    _add_layer_arg(p)
+
+
+def _add_layer_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--layer", type=int, metavar="N", help="the decoder layer of a config.json whose layers route "
+                   "differently (DeepSeek-V4's hash layers, per-layer expert counts); default: its MoE layers' "
+                   "common routing")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1048,6 +1084,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "instead of synthetic ones")
     r.add_argument("--logits-key", metavar="NAME", help="the tensor's name in a file holding several")
     r.add_argument("--bias", metavar="FILE", help="correction bias [E] (default for noaux_tc configs: synthetic)")
+    r.add_argument("--bias-key", metavar="NAME", help="the bias tensor's name in a file holding several")
     r.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of the synthetic inputs (default 0)")
     r.add_argument("--skew", type=_float_at_least_zero, default=1.0,
                    help="expert-popularity skew of synthetic logits: 0 uniform, 1 realistic (default)")
@@ -1084,6 +1121,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", help="a RouterConfig in words: a preset name or a config.json")
     s.add_argument("target", metavar="NAME|config.json", help="preset name, config.json, or a folder holding one")
     s.add_argument("--json", action="store_true", help="print machine-readable JSON only")
+    _add_layer_arg(s)
 
     e = sub.add_parser("env", help="versions, GPU, the backend 'auto' picks")
     e.add_argument("--json", action="store_true", help="print machine-readable JSON only")

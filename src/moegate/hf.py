@@ -34,7 +34,10 @@ def _as_dict(config) -> dict:
         path = Path(config)
         if path.is_dir():  # a model folder
             path = path / "config.json"
-        return json.loads(path.read_text())
+        cfg = json.loads(path.read_text())
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{path}: a config.json holds a JSON object, this one a {type(cfg).__name__}")
+        return cfg
     if hasattr(config, "to_dict"):
         return config.to_dict()
     raise TypeError(
