@@ -740,3 +740,12 @@ def test_layer_picks_the_routing_of_one_decoder_layer(capsys, tmp_path):
     shown = run_json(capsys, "show", str(tmp_path), "--layer", "0")
     assert shown["config"]["routing"] == "hash"
     assert run_json(capsys, "show", str(tmp_path))["config"]["routing"] != "hash"
+
+
+def test_check_load_is_over_the_real_experts_as_in_route(capsys, tmp_path):
+    """LongCat-Flash routes to 512 real and 256 zero-computation experts: `check --preset` states the capture's
+    max/mean load over the real ones, as `route` does (it took all 768 ids, 75.7 against route's 64 on one batch)."""
+    cap = tmp_path / "cap.safetensors"
+    got = run_json(capsys, "route", "--preset", "longcat-flash", "--tokens", "300", "--record", str(cap))
+    checked = run_json(capsys, "check", str(cap), "--preset", "longcat-flash")
+    assert checked["layers"][0]["max_over_mean"] == pytest.approx(got["load"]["expert_max_over_mean"])

@@ -774,6 +774,7 @@ def check_capture(path: str, config: RouterConfig | None = None, max_listed: int
         rec = RoutingRecorder.load(path)
         meta = _capture_metadata(path)
         E = rec.num_experts if config is None else config.num_scored
+        real = E if config is None else config.num_experts  # zero-computation experts (ids >= E real) hold no load
         K = int(meta.get("top_k", rec.top_k)) if config is None else config.top_k
     except (ValueError, KeyError) as exc:
         reason = str(exc) if isinstance(exc, ValueError) else f"{path}: the metadata lacks {exc}"
@@ -808,7 +809,7 @@ def check_capture(path: str, config: RouterConfig | None = None, max_listed: int
         info.update(live_rows=int((ids >= 0).all(dim=1).sum()), padded_rows=int((ids == -1).all(dim=1).sum()),
                     violations=found.count - before)
         if bool(live.any()):
-            load = torch.bincount(ids[live].flatten(), minlength=E).double()  # [E]
+            load = torch.bincount(ids[live].flatten(), minlength=E).double()[:real]  # [real experts], as in route
             info["max_over_mean"] = float(load.max() / load.mean())
         total += n
     summary.update(ok=found.count == 0, violations=found.count, first=found.messages, tokens=total)
