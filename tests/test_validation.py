@@ -148,6 +148,27 @@ def test_hash_table_is_checked_once_and_again_after_an_inplace_change():
         call(config=cfg, token_ids=tids, hash_table=table)
 
 
+def test_hash_tables_made_under_inference_mode_route():
+    """Engines load and run models under torch.inference_mode(): a table made there has no version counter, and
+    reading it raised RuntimeError. It is checked once (bad ids still raise) and routes."""
+    cfg = RouterConfig(num_experts=8, top_k=2, routing="hash")
+    tids = torch.tensor([0, 1, 1, 0])
+    with torch.inference_mode():
+        table = torch.tensor([[0, 1], [2, 3]])
+        stacked = torch.stack([table, table.flip(1)])
+        bad = torch.tensor([[0, 1], [3, 3]])
+    w, ids = call(config=cfg, token_ids=tids, hash_table=table)
+    assert ids.tolist() == table[tids].tolist()
+    for _ in range(2):  # a view of an inference tensor, and the cache hit after it
+        w, ids = call(config=cfg, token_ids=tids, hash_table=stacked[1])
+        assert ids.tolist() == stacked[1][tids].tolist()
+    with torch.inference_mode():
+        w, ids = call(config=cfg, token_ids=tids, hash_table=table)
+    assert ids.tolist() == table[tids].tolist()
+    with pytest.raises(ValueError, match="repeats"):
+        call(config=cfg, token_ids=tids, hash_table=bad)
+
+
 def test_hash_table_views_are_checked_once_each(monkeypatch):
     """Engines pass tables[layer], a new view each call: each layer's table is checked on the host once, not on
     every call (a device-to-host copy on CUDA), and again only after a write into the stacked tables."""
@@ -209,3 +230,52 @@ def test_zero_experts_need_the_default_layout():
     cfg = RouterConfig(num_experts=6, top_k=2, num_zero_experts=2)
     with pytest.raises(ValueError, match="num_zero_experts"):
         route(torch.randn(3, 8), cfg, ExpertLayout(ep_size=2), backend="reference")
+
+
+def test_interpreter_switched_on_after_import_is_a_value_error():
+    """Triton fixes interpreted or compiled when it decorates the kernel, at import. TRITON_INTERPRET=1 set later
+    passed the device check and the launch failed looking for a GPU driver (RuntimeError); now it is a ValueError
+    before anything runs. In a subprocess: this process's kernel may be the interpreted one."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import os, torch\n"
+        "from moegate import preset, route\n"
+        "import moegate.kernels.router\n"
+        "os.environ['TRITON_INTERPRET'] = '1'\n"
+        "try:\n"
+        "    route(torch.randn(2, 8), preset('mixtral'), backend='triton')\n"
+        "except ValueError as exc:\n"
+        "    print('ValueError:', exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "ValueError: backend='triton' on CPU tensors: TRITON_INTERPRET=1 was set after" in done.stdout
+
+
+def test_placement_takes_numpy_and_tensor_tables():
+    """EPLB solvers return numpy arrays or tensors: ExpertPlacement takes their integers (stored as Python ints),
+    and still refuses floats and bools."""
+    import numpy as np
+
+    want = ExpertPlacement(tuple(range(8)) + (3, 5), 8)
+    for table in (np.array(want.physical_to_logical), torch.tensor(want.physical_to_logical, dtype=torch.int32),
+                  [np.int64(e) for e in want.physical_to_logical]):
+        got = ExpertPlacement(table, 8)
+        assert got == want and all(type(e) is int for e in got.physical_to_logical)
+    for bad in (np.arange(8, dtype=np.float64), torch.arange(8.0), [0, 1, 2, 3, 4, 5, 6, 7.0], [True] + list(range(8)),
+                torch.arange(8).view(2, 4)):
+        with pytest.raises(ValueError, match="physical_to_logical"):
+            ExpertPlacement(bad, 8)
+
+
+def test_routing_check_error_is_public():
+    import moegate
+
+    assert issubclass(moegate.RoutingCheckError, ValueError)
+    with pytest.raises(moegate.RoutingCheckError):
+        moegate.check_routing(torch.zeros(1, 2), torch.tensor([[0, 0]], dtype=torch.int32),
+                              RouterConfig(num_experts=4, top_k=2, renormalize=False), strict=True)

@@ -1,7 +1,7 @@
 """moegate: the whole MoE routing step, one contract, one fused kernel."""
 
 from moegate.capture import RoutingRecorder
-from moegate.check import Violation, check_routing
+from moegate.check import RoutingCheckError, Violation, check_routing
 from moegate.config import RouterConfig
 from moegate.hf import from_hf_config, moe_layer_types
 from moegate.layout import ExpertLayout, ExpertPlacement
@@ -15,6 +15,7 @@ __all__ = [
     "ExpertPlacement",
     "RouteResult",
     "RouterConfig",
+    "RoutingCheckError",
     "RoutingRecorder",
     "Violation",
     "__version__",

@@ -8,6 +8,7 @@ GPU are checked only where SPEC.md says so (hash tables, once per table, on the 
 from __future__ import annotations
 
 import math
+import operator
 import weakref
 from collections.abc import Iterable, Sequence
 
@@ -206,7 +207,8 @@ def _check_hash_table(hash_table, num_experts: int, top_k: int, device: torch.de
         return
     key, owner = _table_key(hash_table, num_experts)
     seen = _CHECKED_TABLES.get(key)
-    if seen is not None and seen[0]() is owner and seen[1] == hash_table._version:
+    version = _version_of(hash_table)
+    if seen is not None and seen[0]() is owner and seen[1] == version:
         return
     if hash_table.is_cuda and torch.cuda.is_current_stream_capturing():
         raise ValueError("hash_table: a CUDA table is checked on the host the first time route() sees it (and after "
@@ -226,16 +228,32 @@ def _check_hash_table(hash_table, num_experts: int, top_k: int, device: torch.de
         raise ValueError(f"hash_table row {row} repeats an expert: {table[row].tolist()}")
     for dead in [k for k, (ref, _v) in _CHECKED_TABLES.items() if ref() is None]:
         del _CHECKED_TABLES[dead]
-    _CHECKED_TABLES[key] = (weakref.ref(owner), hash_table._version)
+    _CHECKED_TABLES[key] = (weakref.ref(owner), version)
+
+
+def _version_of(tensor: torch.Tensor) -> int:
+    """torch's in-place write counter of a tensor; 0 for an inference tensor (made under torch.inference_mode(),
+    as engines load their models), which has none: its in-place writes are not seen."""
+    return 0 if tensor.is_inference() else tensor._version
 
 
 def _check_placement_table(physical_to_logical: Iterable[int], num_experts: int) -> tuple[int, ...]:
+    if isinstance(physical_to_logical, torch.Tensor):  # an EPLB solver's output, on any device
+        if physical_to_logical.dim() != 1 or physical_to_logical.dtype not in INT_DTYPES:
+            raise ValueError("physical_to_logical must be a 1-D integer tensor or a sequence of ints, got a tensor of "
+                             f"shape {tuple(physical_to_logical.shape)} and dtype {physical_to_logical.dtype}")
+        physical_to_logical = physical_to_logical.tolist()
     table = tuple(physical_to_logical)
     if not table:
         raise ValueError("physical_to_logical must name at least one slot, got an empty table")
+    ints = []
     for slot, expert in enumerate(table):
-        if isinstance(expert, bool) or not isinstance(expert, int):
+        # Python ints and numpy integers (what EPLB solvers return); not bools, floats or 0-d arrays of them.
+        if isinstance(expert, bool) or not hasattr(expert, "__index__") or type(expert).__name__ == "bool_":
             raise ValueError(f"physical_to_logical[{slot}] must be an int, got {expert!r}")
+        ints.append(operator.index(expert))
+    table = tuple(ints)
+    for slot, expert in enumerate(table):
         if not 0 <= expert < num_experts:
             raise ValueError(
                 f"physical_to_logical[{slot}] = {expert} is outside [0, num_experts={num_experts})"

@@ -28,7 +28,7 @@ class ExpertPlacement:
 
     Parameters
     ----------
-    physical_to_logical : sequence of int, length P
+    physical_to_logical : sequence of int (numpy integers too) or a 1-D integer tensor, length P
         ``physical_to_logical[p]`` is the logical expert that physical slot p holds. Slot p lives on rank
         ``p // (P / ep_size)``. Every logical expert in [0, num_experts) appears at least once.
     num_experts : int

@@ -595,6 +595,11 @@ def _check_kernel_support(logits, config: RouterConfig, layout: ExpertLayout, pa
         raise ValueError(
             f"backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 on the CPU), got logits on {logits.device}"
         )
+    if logits.device.type != "cuda" and isinstance(rk._route_kernel, triton.runtime.JITFunction):
+        # Triton fixes interpreted or compiled when it decorates a kernel, at import: set later, the variable
+        # would pass this check and the launch would look for a GPU driver.
+        raise ValueError("backend='triton' on CPU tensors: TRITON_INTERPRET=1 was set after moegate's kernel was "
+                         "imported; set it before importing moegate (or triton)")
     block_g, block_gs = _tile_shape(config)
     if block_g * block_gs > MAX_TILE:
         raise ValueError(
