@@ -109,3 +109,45 @@ def test_int16_holds_ids_up_to_32767():
     assert rec.layer_ids(0).tolist() == [[32767]]
     with pytest.raises(ValueError, match="int16"):
         RoutingRecorder(1, 1, 1, 32769, dtype=torch.int16)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-moe", "mixtral"])
+def test_replay_routes_the_recorded_experts_again(name, tmp_path):
+    """A capture saved, loaded and replayed through hash routing gives back the recorded call's ids and weights,
+    bit for bit, on an EP layout with a per-rank shared slot, EPLB replicas and padded rows; the padded rows stay
+    padding. On other logits the ids stay the recorded ones."""
+    from moegate import ExpertLayout, ExpertPlacement, preset
+
+    cfg = preset(name)
+    E, K, T, valid = cfg.num_experts, cfg.top_k, 40, 33
+    placement = ExpertPlacement(tuple(range(E)) + tuple(range(8)), E)
+    layout = ExpertLayout(shared_slots="per_rank", ep_size=2, placement=placement)
+    gen = torch.Generator().manual_seed(7)
+    bias = torch.randn(E, generator=gen) * 0.01 if cfg.has_correction_bias else None
+    rec = RoutingRecorder(2, T, K, E)
+    logits = [torch.randn(T, E, generator=gen) for _ in range(2)]
+    calls = [route(x, cfg, layout, bias=bias, home_rank=1, num_valid_tokens=valid, recorder=rec, layer=i)
+             for i, x in enumerate(logits)]
+    rec.save(tmp_path / "cap.safetensors")
+    loaded = RoutingRecorder.load(tmp_path / "cap.safetensors")
+    hashed = cfg.replace(routing="hash")
+    for i, (w, ids) in enumerate(calls):
+        table, token_ids, num_valid = loaded.replay(i)
+        assert num_valid == valid and table.shape == (T, K) and token_ids.tolist() == list(range(T))
+        w2, ids2 = route(logits[i], hashed, layout, bias=bias, home_rank=1, num_valid_tokens=num_valid,
+                         hash_table=table, token_ids=token_ids)
+        assert torch.equal(ids2, ids) and torch.equal(w2, w)
+        other = torch.randn(T, E, generator=gen)
+        _w3, ids3 = route(other, hashed, bias=bias, num_valid_tokens=num_valid, hash_table=table, token_ids=token_ids)
+        assert torch.equal(ids3[:valid].long(), rec.ids[i, :valid].long())
+
+
+def test_replay_refuses_what_it_cannot_replay():
+    rec = RoutingRecorder(2, 4, 2, 8)
+    with pytest.raises(ValueError, match="never recorded"):
+        rec.replay(0)
+    with pytest.raises(ValueError, match="layer"):
+        rec.replay(2)
+    rec.record(1, torch.tensor([[0, 1], [-1, -1], [2, 3]], dtype=torch.int32))
+    with pytest.raises(ValueError, match="padded rows must come last"):
+        rec.replay(1)

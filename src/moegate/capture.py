@@ -98,6 +98,31 @@ class RoutingRecorder:
         """The ids [T, K] last recorded at ``layer`` (reads num_tokens on the host)."""
         return self.ids[layer, : max(int(self.num_tokens[layer]), 0)]
 
+    def replay(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Inputs that route a batch again to the experts recorded at ``layer`` (routing replay: the recorded
+        experts, the weights from the replaying forward's logits).
+
+        Returns ``(hash_table [T, K] int64, token_ids [T] int64, num_valid_tokens)`` on the recorder's device,
+        T the batch recorded there. ``route(logits, config.replace(routing="hash"), layout, hash_table=...,
+        token_ids=..., num_valid_tokens=...)`` then chooses the recorded ids in their recorded column order and
+        runs steps 6-12 on them: on the logits that were recorded, the ids of the recorded call and its weights
+        (bit for bit on the reference backend; the kernel sums a row in another order where it keeps the winners'
+        scores in registers, within its 1e-6). Padded rows (recorded -1, the trailing rows) get ids 0 .. K - 1 in the table and stay padding
+        through ``num_valid_tokens``. Zero-computation experts (ids >= E) cannot be replayed (a hash table holds
+        ids in [0, E): route() raises). Reads the layer on the host."""
+        _check_int("layer", layer, 0, self.num_layers - 1)
+        T = int(self.num_tokens[layer])
+        if T < 0:
+            raise ValueError(f"layer {layer} was never recorded")
+        ids = self.ids[layer, :T].to(torch.int64)
+        padded = (ids == -1).all(dim=1)
+        num_valid = int((~padded).sum())
+        if bool(padded[:num_valid].any()) or bool((ids[:num_valid] < 0).any()):
+            raise ValueError(f"layer {layer}: padded rows must come last and be all -1 (a capture route() wrote)")
+        table = ids.clone()
+        table[num_valid:] = torch.arange(self.top_k, device=ids.device)
+        return table, torch.arange(T, device=ids.device), num_valid
+
     def save(self, path: str | Path) -> None:
         """Write a .safetensors file: tensors ``ids``, ``num_tokens``; metadata ``num_experts``, ``top_k``.
 
