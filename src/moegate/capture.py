@@ -107,9 +107,9 @@ class RoutingRecorder:
         token_ids=..., num_valid_tokens=...)`` then chooses the recorded ids in their recorded column order and
         runs steps 6-12 on them: on the logits that were recorded, the ids of the recorded call and its weights
         (bit for bit on the reference backend; the kernel sums a row in another order where it keeps the winners'
-        scores in registers, within its 1e-6). Padded rows (recorded -1, the trailing rows) get ids 0 .. K - 1 in the table and stay padding
-        through ``num_valid_tokens``. Zero-computation experts (ids >= E) cannot be replayed (a hash table holds
-        ids in [0, E): route() raises). Reads the layer on the host."""
+        scores in registers, within its 1e-6). Padded rows (recorded -1, the trailing rows) get ids 0 .. K - 1
+        in the table and stay padding through ``num_valid_tokens``. Zero-computation experts (ids >= E) cannot
+        be replayed (a hash table holds ids in [0, E): route() raises). Reads the layer on the host."""
         _check_int("layer", layer, 0, self.num_layers - 1)
         T = int(self.num_tokens[layer])
         if T < 0:
