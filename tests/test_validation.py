@@ -279,3 +279,20 @@ def test_routing_check_error_is_public():
     with pytest.raises(moegate.RoutingCheckError):
         moegate.check_routing(torch.zeros(1, 2), torch.tensor([[0, 0]], dtype=torch.int32),
                               RouterConfig(num_experts=4, top_k=2, renormalize=False), strict=True)
+
+
+def test_cpu_num_valid_tokens_tensor_outside_the_batch_raises():
+    """A CPU tensor costs nothing to read: outside [0, T] it is the same ValueError as the int (it was silently
+    read as all rows live or none). check_routing takes the same range."""
+    from moegate import check_routing
+
+    cfg = RouterConfig(num_experts=8, top_k=2)
+    x = torch.randn(6, 8)
+    for bad in (torch.tensor(7), torch.tensor([-1], dtype=torch.int32)):
+        with pytest.raises(ValueError, match="num_valid_tokens"):
+            route(x, cfg, num_valid_tokens=bad)
+    w, ids = route(x, cfg, num_valid_tokens=torch.tensor(4))
+    assert check_routing(w, ids, cfg, logits=x, num_valid_tokens=torch.tensor(4)) == []
+    for bad in (99, -1, torch.tensor(7), torch.tensor([1, 2])):
+        with pytest.raises(ValueError, match="num_valid_tokens"):
+            check_routing(w, ids, cfg, logits=x, num_valid_tokens=bad)

@@ -102,6 +102,9 @@ def _check_num_valid_tokens(num_valid_tokens, num_tokens: int, device: torch.dev
                 f"shape {tuple(num_valid_tokens.shape)} and dtype {num_valid_tokens.dtype}"
             )
         _check_same_device("num_valid_tokens", num_valid_tokens, device)
+        if num_valid_tokens.device.type == "cpu" and not torch.compiler.is_compiling():
+            # Free to read on the CPU; a device tensor is never read on the host (no sync, CUDA-graph safe).
+            _check_int("num_valid_tokens", int(num_valid_tokens.reshape(())), 0, num_tokens)
         return
     _check_int("num_valid_tokens", num_valid_tokens, 0, num_tokens)
 
