@@ -151,3 +151,13 @@ def test_replay_refuses_what_it_cannot_replay():
     rec.record(1, torch.tensor([[0, 1], [-1, -1], [2, 3]], dtype=torch.int32))
     with pytest.raises(ValueError, match="padded rows must come last"):
         rec.replay(1)
+
+
+def test_replay_of_an_empty_batch_routes():
+    rec = RoutingRecorder(1, 4, 2, 8)
+    route(torch.randn(0, 8), RouterConfig(num_experts=8, top_k=2), recorder=rec, layer=0)
+    table, token_ids, num_valid = rec.replay(0)
+    assert token_ids.numel() == 0 and num_valid == 0 and table.shape == (1, 2)
+    w, ids = route(torch.randn(0, 8), RouterConfig(num_experts=8, top_k=2, routing="hash"), hash_table=table,
+                   token_ids=token_ids, num_valid_tokens=num_valid)
+    assert w.shape == ids.shape == (0, 2)

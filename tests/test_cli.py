@@ -655,6 +655,13 @@ def test_bench_summary_leaves_out_failed_providers():
     assert lines[0].startswith("geo-mean moegate/sglang over T >= 4096: 0.250 ")
     assert any("left out" in ln and "('q', 4096)" in ln for ln in lines)
     assert any("worst moegate / floor at T >= 32768: ('q', 65536, 3.0)" in ln for ln in lines)
+    # Only the floor failed: the SGLang ratio still counts, and a wrong routing is never hidden.
+    rows = [{"shape": "q", "T": 4096, "moegate": 1.0, "sglang": 10.0, "floor": None, "violations": 5},
+            {"shape": "q", "T": 8192, "moegate": 2.0, "sglang": 4.0, "floor": 1.0, "violations": 0}]
+    lines = summary(rows)
+    assert lines[0].startswith(f"geo-mean moegate/sglang over T >= 4096: {(0.1 * 0.5) ** 0.5:.3f} ")
+    assert any("2 of 2 runs checked): [('q', 4096, 5)]" in ln for ln in lines)
+    assert any("left out" in ln and "('q', 4096)" in ln for ln in lines)
 
 
 def test_show_gives_the_shared_expert_scale(capsys, tmp_path):
@@ -708,6 +715,9 @@ def test_record_to_a_missing_folder_fails_before_routing(capsys, tmp_path, monke
                              str(tmp_path / "missing" / "cap.safetensors"))
     assert code == 2
     assert "--record" in err and "no folder" in err
+    for folder in (str(tmp_path), ""):  # a folder, or no name at all, is no file to write
+        code, out, err = run_cli(capsys, "route", "--preset", "mixtral", "--tokens", "10", "--record", folder)
+        assert code == 2 and "give a file name, not a folder" in err
 
 
 def test_bias_key_picks_one_tensor_of_a_file(capsys, tmp_path):
@@ -720,7 +730,7 @@ def test_bias_key_picks_one_tensor_of_a_file(capsys, tmp_path):
     save_file({"model.layers.3.mlp.gate.e_score_correction_bias": b3,
                "model.layers.4.mlp.gate.e_score_correction_bias": b4}, str(path))
     code, out, err = run_cli(capsys, "route", "--preset", "deepseek-v3", "--tokens", "64", "--bias", str(path))
-    assert code == 2 and "--bias-key" not in out
+    assert code == 2 and "holds 2 tensors" in err and "pick one with --bias-key" in err
     got = run_json(capsys, "route", "--preset", "deepseek-v3", "--tokens", "64", "--seed", "5", "--bias", str(path),
                    "--bias-key", "model.layers.4.mlp.gate.e_score_correction_bias")
     _w, ids = route(synthetic_logits(64, cfg.num_experts, seed=5, skew=1.0), cfg, bias=b4)

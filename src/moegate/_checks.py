@@ -246,15 +246,20 @@ def _check_placement_table(physical_to_logical: Iterable[int], num_experts: int)
             raise ValueError("physical_to_logical must be a 1-D integer tensor or a sequence of ints, got a tensor of "
                              f"shape {tuple(physical_to_logical.shape)} and dtype {physical_to_logical.dtype}")
         physical_to_logical = physical_to_logical.tolist()
+    if getattr(physical_to_logical, "ndim", 1) != 1:  # a numpy array
+        raise ValueError(f"physical_to_logical must be 1-D, got shape {physical_to_logical.shape}")
     table = tuple(physical_to_logical)
     if not table:
         raise ValueError("physical_to_logical must name at least one slot, got an empty table")
     ints = []
     for slot, expert in enumerate(table):
         # Python ints and numpy integers (what EPLB solvers return); not bools, floats or 0-d arrays of them.
-        if isinstance(expert, bool) or not hasattr(expert, "__index__") or type(expert).__name__ == "bool_":
-            raise ValueError(f"physical_to_logical[{slot}] must be an int, got {expert!r}")
-        ints.append(operator.index(expert))
+        try:
+            if isinstance(expert, bool) or type(expert).__name__ == "bool_":
+                raise TypeError
+            ints.append(operator.index(expert))
+        except TypeError:
+            raise ValueError(f"physical_to_logical[{slot}] must be an int, got {expert!r}") from None
     table = tuple(ints)
     for slot, expert in enumerate(table):
         if not 0 <= expert < num_experts:

@@ -324,23 +324,25 @@ def _format_row(r):
 
 
 def summary(rows):
-    """The issue's targets, each with the figure it is judged on. A provider that failed (None) drops its row
-    from the figures that need it; the summary says how many rows that was."""
+    """The issue's targets, each with the figure it is judged on. A provider that failed (None) leaves its row
+    out of the figures that need its time (the summary lists those rows); the routing check counts every row."""
+    all_rows = rows
     failed = [r for r in rows if r.get("moegate") is None or r.get("floor") is None]
-    rows = [r for r in rows if r not in failed]
-    rows = [{**r, "sglang": r.get("sglang") or None, "floor0": r.get("floor0") or None} for r in rows]
+    rows = [{**r, "sglang": r.get("sglang") or None, "floor0": r.get("floor0") or None} for r in rows
+            if r.get("moegate") is not None]
+    timed = [r for r in rows if r.get("floor") is not None]  # the figures against the floor
     big = [r["moegate"] / r["sglang"] for r in rows if r["T"] >= 4096 and r.get("sglang")]
     slower = [(r["shape"], r["T"], r["moegate"] / r["sglang"]) for r in rows
               if r.get("sglang") and r["moegate"] > r["sglang"]]
-    small = [(r["shape"], r["T"], r["moegate"] - r["floor"]) for r in rows if r["T"] <= 64]
-    large = [(r["shape"], r["T"], r["moegate"] / r["floor"]) for r in rows if r["T"] >= 32768]
+    small = [(r["shape"], r["T"], r["moegate"] - r["floor"]) for r in timed if r["T"] <= 64]
+    large = [(r["shape"], r["T"], r["moegate"] / r["floor"]) for r in timed if r["T"] >= 32768]
     worst_small = max(small, key=lambda x: x[2], default=None)
     worst_large = max(large, key=lambda x: x[2], default=None)
     gm = _geomean(big)
     lines = [
         f"geo-mean moegate/sglang over T >= 4096: {gm:.3f} (target <= 0.333: {'met' if gm <= 1 / 3 else 'NOT met'})",
         f"geo-mean moegate/floor over T >= 4096: "
-        f"{_geomean([r['moegate'] / r['floor'] for r in rows if r['T'] >= 4096]):.2f}",
+        f"{_geomean([r['moegate'] / r['floor'] for r in timed if r['T'] >= 4096]):.2f}",
         f"slower than sglang at: {slower if slower else 'nowhere'} (target: nowhere)",
         f"worst moegate - floor at T <= 64: {worst_small} us (target <= 0.3: "
         f"{'met' if worst_small is None or worst_small[2] <= 0.3 else 'NOT met'})",
@@ -349,12 +351,12 @@ def summary(rows):
     ]
     if failed:
         lines.append(f"left out (moegate or the floor failed): {[(r['shape'], r['T']) for r in failed]}")
-    checked = [r for r in rows if r.get("violations") is not None]
+    checked = [r for r in all_rows if r.get("violations") is not None]
     if checked:
         wrong = [(r["shape"], r["T"], r["violations"]) for r in checked if r["violations"]]
         lines.append(f"routing of the timed launches against the fp32 reference (first {VERIFY_ROWS} rows, "
-                     f"{len(checked)} of {len(rows)} runs checked): {wrong if wrong else 'no violations'}")
-    rows0 = [r for r in rows if r.get("floor0")]
+                     f"{len(checked)} of {len(all_rows)} runs checked): {wrong if wrong else 'no violations'}")
+    rows0 = [r for r in timed if r.get("floor0")]
     if rows0:
         ws = max(((r["shape"], r["T"], r["moegate"] - r["floor0"]) for r in rows0 if r["T"] <= 64),
                  key=lambda x: x[2], default=None)
@@ -365,8 +367,9 @@ def summary(rows):
     for name in dict.fromkeys(r["shape"] for r in rows):
         rs = [r for r in rows if r["shape"] == name]
         sg = _geomean([r["moegate"] / r["sglang"] for r in rs if r["T"] >= 4096 and r.get("sglang")])
-        fl = _geomean([r["moegate"] / r["floor"] for r in rs if r["T"] >= 4096])
-        over = max((r["moegate"] - r["floor"] for r in rs if r["T"] <= 64), default=float("nan"))
+        fl = _geomean([r["moegate"] / r["floor"] for r in rs if r["T"] >= 4096 and r.get("floor") is not None])
+        over = max((r["moegate"] - r["floor"] for r in rs if r["T"] <= 64 and r.get("floor") is not None),
+                   default=float("nan"))
         worst = max((r["moegate"] / r["sglang"] for r in rs if r.get("sglang")), default=float("nan"))
         lines.append(f"{name:18} mg/sgl {sg:.3f}  mg/floor {fl:.2f}  T<=64 over floor max {over:.2f} us  "
                      f"worst mg/sgl any T {worst:.3f}")
@@ -489,10 +492,11 @@ def sweep(shapes, tokens, rep):
                     print(f"sweep {name} T={T} {cand}: {type(exc).__name__}: {str(exc)[:100]}")
             kr.launch_override = None
             heur = _time(fns["moegate"], rep)
-            best = min(times, key=times.get)
-            print(f"sweep {name:18} T={T:>6} heuristic {heur:7.2f} us, best {best} {times[best]:7.2f} us | "
+            best = min(times, key=times.get) if any(math.isfinite(t) for t in times.values()) else None
+            print(f"sweep {name:18} T={T:>6} heuristic {heur:7.2f} us, best "
+                  + (f"{best} {times[best]:7.2f} us | " if best else "none (every candidate failed) | ")
                   + " ".join(f"{c[0]}x{c[1]}:{t:.1f}" for c, t in times.items()), flush=True)
-            rows.append({"shape": name, "T": T, "heuristic": heur, "best": f"{best[0]}x{best[1]}",
+            rows.append({"shape": name, "T": T, "heuristic": heur, "best": f"{best[0]}x{best[1]}" if best else None,
                          "times": {f"{c[0]}x{c[1]}": (t if math.isfinite(t) else None) for c, t in times.items()}})
     return rows
 

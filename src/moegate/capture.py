@@ -121,6 +121,8 @@ class RoutingRecorder:
             raise ValueError(f"layer {layer}: padded rows must come last and be all -1 (a capture route() wrote)")
         table = ids.clone()
         table[num_valid:] = torch.arange(self.top_k, device=ids.device)
+        if T == 0:  # a table has at least one row; no token reads it
+            table = torch.arange(self.top_k, device=ids.device)[None]
         return table, torch.arange(T, device=ids.device), num_valid
 
     def save(self, path: str | Path) -> None:

@@ -219,10 +219,12 @@ def load_config(preset_name: str | None, hf_config: str | None, layer: int | Non
     return preset(name), f"preset {name}"
 
 
-def load_tensor(path: str, key: str | None = None, prefer: tuple[str, ...] = ()) -> torch.Tensor:
+def load_tensor(path: str, key: str | None = None, prefer: tuple[str, ...] = (),
+                option: str = "the key option") -> torch.Tensor:
     """A tensor from a .safetensors, .pt/.pth or .npy file.
 
-    A file holding several tensors needs ``key``, or one of the names in ``prefer``, or exactly one tensor.
+    A file holding several tensors needs ``key`` (the command line's ``option``), or one of the names in
+    ``prefer``, or exactly one tensor.
     """
     p = Path(path)
     if not p.is_file():
@@ -233,7 +235,7 @@ def load_tensor(path: str, key: str | None = None, prefer: tuple[str, ...] = ())
             from safetensors import safe_open
 
             with safe_open(str(p), framework="pt") as f:
-                name = _pick_key(path, list(f.keys()), key, prefer)
+                name = _pick_key(path, list(f.keys()), key, prefer, option)
                 return f.get_tensor(name)
         if suffix in (".pt", ".pth"):
             obj = torch.load(str(p), map_location="cpu", weights_only=True)
@@ -243,7 +245,7 @@ def load_tensor(path: str, key: str | None = None, prefer: tuple[str, ...] = ())
                 return obj
             if isinstance(obj, dict):
                 tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
-                return tensors[_pick_key(path, list(tensors), key, prefer)]
+                return tensors[_pick_key(path, list(tensors), key, prefer, option)]
             raise CliError(f"{path} holds a {type(obj).__name__}, not a tensor or a dict of tensors")
         if suffix == ".npy":
             import numpy as np
@@ -258,7 +260,7 @@ def load_tensor(path: str, key: str | None = None, prefer: tuple[str, ...] = ())
     raise CliError(f"{path}: unknown file type {suffix!r}; use .safetensors, .pt or .npy")
 
 
-def _pick_key(path: str, names: list[str], key: str | None, prefer: tuple[str, ...]) -> str:
+def _pick_key(path: str, names: list[str], key: str | None, prefer: tuple[str, ...], option: str) -> str:
     if key is not None:
         if key not in names:
             raise CliError(f"{path} has no tensor {key!r}; it has {sorted(names)}")
@@ -268,11 +270,13 @@ def _pick_key(path: str, names: list[str], key: str | None, prefer: tuple[str, .
             return name
     if len(names) == 1:
         return names[0]
-    raise CliError(f"{path} holds {len(names)} tensors {sorted(names)}; pick one with the key option")
+    raise CliError(f"{path} holds {len(names)} tensors {sorted(names)}; pick one with {option}")
 
 
 def _check_writable(path: str, option: str) -> None:
     """An output file's folder exists and can be written, checked before the run rather than after it."""
+    if not path or Path(path).is_dir():
+        raise CliError(f"{option} {path!r}: give a file name, not a folder")
     folder = Path(path).resolve().parent
     if not folder.is_dir():
         raise CliError(f"{option} {path}: no folder {folder}")
@@ -427,7 +431,8 @@ def _route_inputs(args, config: RouterConfig, device: torch.device):
     if args.bias_key is not None and args.bias is None:
         raise CliError("--bias-key names a tensor of --bias; give --bias FILE")
     if args.logits is not None:
-        file_logits = load_tensor(args.logits, args.logits_key, prefer=("logits", "router_logits"))
+        file_logits = load_tensor(args.logits, args.logits_key, prefer=("logits", "router_logits"),
+                                  option="--logits-key")
         if file_logits.dim() < 2:
             raise CliError(f"{args.logits}: logits must be [..., {config.num_scored}], got {tuple(file_logits.shape)}")
         file_logits = file_logits.reshape(-1, file_logits.shape[-1])
@@ -448,7 +453,8 @@ def _route_inputs(args, config: RouterConfig, device: torch.device):
     bias = expert_scale = hash_table = token_ids = None
     if config.has_correction_bias:
         if args.bias is not None:
-            bias = load_tensor(args.bias, args.bias_key, prefer=("bias", "e_score_correction_bias")).reshape(-1)
+            bias = load_tensor(args.bias, args.bias_key, prefer=("bias", "e_score_correction_bias"),
+                               option="--bias-key").reshape(-1)
             if bias.dtype == torch.float64:
                 bias = bias.float()
             notes["bias"] = args.bias
@@ -810,7 +816,8 @@ def check_capture(path: str, config: RouterConfig | None = None, max_listed: int
                     violations=found.count - before)
         if bool(live.any()):
             load = torch.bincount(ids[live].flatten(), minlength=E).double()[:real]  # [real experts], as in route
-            info["max_over_mean"] = float(load.max() / load.mean())
+            if float(load.sum()) > 0:  # rows of zero-computation experts only leave the real ones without load
+                info["max_over_mean"] = float(load.max() / load.mean())
         total += n
     summary.update(ok=found.count == 0, violations=found.count, first=found.messages, tokens=total)
     return summary

@@ -595,9 +595,11 @@ def _check_kernel_support(logits, config: RouterConfig, layout: ExpertLayout, pa
         raise ValueError(
             f"backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 on the CPU), got logits on {logits.device}"
         )
-    if logits.device.type != "cuda" and isinstance(rk._route_kernel, triton.runtime.JITFunction):
-        # Triton fixes interpreted or compiled when it decorates a kernel, at import: set later, the variable
-        # would pass this check and the launch would look for a GPU driver.
+    if logits.device.type != "cuda" and any(isinstance(f, triton.runtime.JITFunction)
+                                            for f in (rk._route_kernel, triton.language.standard.sum)):
+        # Triton fixes interpreted or compiled when it decorates a function, at import (moegate's kernel, and
+        # triton's own tl.sum & co.): set later, the variable would pass the check above and the launch would
+        # look for a GPU driver, or call a compiled helper from the interpreter.
         raise ValueError("backend='triton' on CPU tensors: TRITON_INTERPRET=1 was set after moegate's kernel was "
                          "imported; set it before importing moegate (or triton)")
     block_g, block_gs = _tile_shape(config)
