@@ -595,8 +595,11 @@ def _check_kernel_support(logits, config: RouterConfig, layout: ExpertLayout, pa
         raise ValueError(
             f"backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 on the CPU), got logits on {logits.device}"
         )
-    if logits.device.type != "cuda" and any(isinstance(f, triton.runtime.JITFunction)
-                                            for f in (rk._route_kernel, triton.language.standard.sum)):
+    kernel = rk._route_kernel
+    compiled = triton.runtime.JITFunction
+    if logits.device.type != "cuda" and (isinstance(kernel, compiled) or (
+            type(kernel).__name__ == "InterpretedFunction"
+            and isinstance(triton.language.standard.sum, compiled))):
         # Triton fixes interpreted or compiled when it decorates a function, at import (moegate's kernel, and
         # triton's own tl.sum & co.): set later, the variable would pass the check above and the launch would
         # look for a GPU driver, or call a compiled helper from the interpreter.
