@@ -22,6 +22,7 @@ Results: docs/kernel.md, "Where a small launch waits", and BENCHMARKS.md.
 
 import argparse
 import collections
+import functools
 import os
 import re
 import sys
@@ -33,16 +34,12 @@ from triton.experimental.gluon import language as gl
 from triton.language.extra import libdevice
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-
-@gluon.jit
-def _order(key):
-    bits = key.to(gl.int32, bitcast=True)
-    return gl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+from moegate.kernels.router_kernel import _key_of32, _order_bits
 
 
-@gluon.jit
-def _unorder(hi):
-    return gl.where(hi >= 0, hi, hi ^ 0x7FFFFFFF).to(gl.float32, bitcast=True)
+# The router's order-preserving key bits, as Gluon functions (Gluon calls a Triton function re-decorated).
+_order = gluon.jit(_order_bits.fn)
+_unorder = gluon.jit(_key_of32.fn)
 
 
 @gluon.jit
@@ -213,48 +210,6 @@ def model():
         print(f"    {n:6.0f} {fname}:{line}")
 
 
-def _config():
-    from moegate.bench import SHAPES
-
-    return SHAPES["deepseek-v3-fp32"][0]
-
-
-def check(tokens=1000, seed=0):
-    """Ids equal to the fp32 reference, weights within 1e-6 relative, on fresh random rows; poisoned outputs."""
-    from moegate.reference import route_reference
-
-    gen = torch.Generator().manual_seed(seed)
-    logits = torch.randn(tokens, 256, generator=gen).cuda()
-    bias = (torch.randn(256, generator=gen) * 0.1).cuda()
-    weights = torch.full((tokens, 8), float("nan"), device="cuda")
-    ids = torch.full((tokens, 8), -7, dtype=torch.int32, device="cuda")
-    launch(logits, bias, weights, ids)
-    ref_w, ref_i = route_reference(logits.cpu(), _config(), bias=bias.cpu())
-    assert torch.equal(ids.cpu(), ref_i.to(torch.int32)), (ids.cpu(), ref_i)
-    torch.testing.assert_close(weights.cpu(), ref_w, rtol=1e-6, atol=0)
-    print(f"gluon probe, T={tokens}: ids equal to the reference, weights within 1e-6")
-
-
-def bench(tokens, rep):
-    from moegate import route
-    from moegate.bench import _floor_launch, _time
-
-    config = _config()
-    for T in tokens:
-        logits = torch.randn(T, 256, device="cuda")
-        bias = torch.randn(256, device="cuda") * 0.1
-        out = (torch.empty(T, 8, device="cuda"), torch.empty(T, 8, dtype=torch.int32, device="cuda"))
-        fl = (torch.empty(T, 8, device="cuda"), torch.empty(T, 8, dtype=torch.int32, device="cuda"))
-        w = torch.empty(T, 8, device="cuda")
-        i = torch.empty(T, 8, dtype=torch.int32, device="cuda")
-        times = {"floor": _time(lambda: _floor_launch(logits, *fl, 8), rep),
-                 "moegate": _time(lambda: route(logits, config, bias=bias, out=out, backend="triton"), rep),
-                 "gluon-8w": _time(lambda: launch(logits, bias, w, i, pdl=True), rep)}
-        ok = torch.equal(i.long(), out[1].long()) and torch.allclose(w, out[0], rtol=1e-6, atol=0)
-        print(f"T={T:6d} " + "  ".join(f"{k} {v:.2f}" for k, v in times.items())
-              + ("" if ok else "  (gluon routes otherwise)"), flush=True)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", action="store_true")
@@ -264,8 +219,12 @@ def main(argv=None):
     if args.model:
         model()
     else:
-        check()
-        bench([int(t) for t in args.tokens.split(",")], args.rep)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import rank_probe  # its reference check and its timing beside the floor and the router
+
+        rank_probe.check("cuda", launch, "gluon probe", tokens=1000)
+        rank_probe.bench([int(t) for t in args.tokens.split(",")],
+                         {"gluon-8w": functools.partial(launch, pdl=True)}, args.rep)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ T = 1 on 8 warps (3.37 on 4) where the router takes 1.54 and the floor 0.69.
 """
 
 import argparse
+import functools
 import os
 
 import torch
@@ -101,8 +102,9 @@ def _config():
     return SHAPES["deepseek-v3-fp32"][0]
 
 
-def check(device, warps, tokens=37, seed=0):
-    """Ids equal to the fp32 reference, weights within 1e-6 relative, on fresh random rows; poisoned outputs."""
+def check(device, probe, name, tokens=37, seed=0):
+    """``probe(logits, bias, weights, ids)`` routes like the fp32 reference: ids equal, weights within 1e-6
+    relative, on fresh random rows; outputs poisoned first. (scripts/gluon_probe.py checks its probe here too.)"""
     from moegate.reference import route_reference
 
     gen = torch.Generator().manual_seed(seed)
@@ -110,11 +112,11 @@ def check(device, warps, tokens=37, seed=0):
     bias = (torch.randn(256, generator=gen) * 0.1).to(device)
     weights = torch.full((tokens, 8), float("nan"), device=device)
     ids = torch.full((tokens, 8), -7, dtype=torch.int32, device=device)
-    launch(logits, bias, weights, ids, warps)
+    probe(logits, bias, weights, ids)
     ref_w, ref_i = route_reference(logits.cpu(), _config(), bias=bias.cpu())
     assert torch.equal(ids.cpu(), ref_i.to(torch.int32)), (ids.cpu(), ref_i)
     torch.testing.assert_close(weights.cpu(), ref_w, rtol=1e-6, atol=0)
-    print(f"rank probe on {device}, {warps} warps, T={tokens}: ids equal, weights within 1e-6")
+    print(f"{name} on {device}, T={tokens}: ids equal, weights within 1e-6")
 
 
 def sass(warps):
@@ -145,7 +147,9 @@ def sass(warps):
     return compiled
 
 
-def bench(tokens, warps_list, rep):
+def bench(tokens, probes, rep):
+    """Each of ``probes`` ({name: probe(logits, bias, weights, ids)}, PDL launches) timed beside the floor and the
+    router on the same rows, and checked against the router's output."""
     from moegate import route
     from moegate.bench import _floor_launch, _time
 
@@ -157,12 +161,12 @@ def bench(tokens, warps_list, rep):
         fl = (torch.empty(T, 8, device="cuda"), torch.empty(T, 8, dtype=torch.int32, device="cuda"))
         times = {"floor": _time(lambda: _floor_launch(logits, *fl, 8), rep),
                  "moegate": _time(lambda: route(logits, config, bias=bias, out=out, backend="triton"), rep)}
-        for warps in warps_list:
+        for name, probe in probes.items():
             w = torch.empty(T, 8, device="cuda")
             i = torch.empty(T, 8, dtype=torch.int32, device="cuda")
-            t = _time(lambda: launch(logits, bias, w, i, warps, pdl=True), rep)
+            t = _time(lambda: probe(logits, bias, w, i), rep)
             ok = torch.equal(i.long(), out[1].long()) and torch.allclose(w, out[0], rtol=1e-6, atol=0)
-            times[f"rank-{warps}w"] = f"{t:.2f}" + ("" if ok else " (routes otherwise)")
+            times[name] = f"{t:.2f}" + ("" if ok else " (routes otherwise)")
         cells = (f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in times.items())
         print(f"T={T:6d} " + "  ".join(cells), flush=True)
 
@@ -178,14 +182,16 @@ def main(argv=None):
     warps = [int(w) for w in args.warps.split(",")]
     if args.check:
         for w in warps:
-            check("cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda", w)
+            device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+            check(device, functools.partial(launch, warps=w), f"rank probe, {w} warps")
     elif args.sass:
         for w in warps:
             sass(w)
     else:
         for w in warps:
-            check("cuda", w, tokens=1000)
-        bench([int(t) for t in args.tokens.split(",")], warps, args.rep)
+            check("cuda", functools.partial(launch, warps=w), f"rank probe, {w} warps", tokens=1000)
+        probes = {f"rank-{w}w": functools.partial(launch, warps=w, pdl=True) for w in warps}
+        bench([int(t) for t in args.tokens.split(",")], probes, args.rep)
 
 
 if __name__ == "__main__":

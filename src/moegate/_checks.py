@@ -252,20 +252,20 @@ def _check_placement_table(physical_to_logical: Iterable[int], num_experts: int)
     if not table:
         raise ValueError("physical_to_logical must name at least one slot, got an empty table")
     ints = []
-    for slot, expert in enumerate(table):
-        # Python ints and numpy integers (what EPLB solvers return); not bools, floats or 0-d arrays of them.
+    for slot, value in enumerate(table):
+        # Python ints and numpy integers (what EPLB solvers return); not bools or floats.
         try:
-            if isinstance(expert, bool) or type(expert).__name__ == "bool_":
-                raise TypeError
-            ints.append(operator.index(expert))
+            expert = operator.index(value) if not isinstance(value, bool) else None
         except TypeError:
-            raise ValueError(f"physical_to_logical[{slot}] must be an int, got {expert!r}") from None
-    table = tuple(ints)
-    for slot, expert in enumerate(table):
+            expert = None
+        if expert is None:
+            raise ValueError(f"physical_to_logical[{slot}] must be an int, got {value!r}")
         if not 0 <= expert < num_experts:
             raise ValueError(
                 f"physical_to_logical[{slot}] = {expert} is outside [0, num_experts={num_experts})"
             )
+        ints.append(expert)
+    table = tuple(ints)
     missing = sorted(set(range(num_experts)) - set(table))
     if missing:
         raise ValueError(

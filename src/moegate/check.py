@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from moegate._checks import INT_DTYPES, _check_bias, _check_int, _check_logits
+from moegate._checks import _check_bias, _check_logits, _check_num_valid_tokens
 from moegate.config import RouterConfig
 from moegate.layout import ExpertLayout
 from moegate.reference import route_reference, scores_and_keys, shared_columns, valid_rows
@@ -106,13 +106,10 @@ def check_routing(
             f"{tuple(ids_c.shape)} and {tuple(weights_c.shape)}")
         return _finish(found, strict)
     T = ids_c.shape[0]
-    if isinstance(num_valid_tokens, torch.Tensor):
-        if num_valid_tokens.numel() != 1 or num_valid_tokens.dtype not in INT_DTYPES:
-            raise ValueError("num_valid_tokens must be an int or a one-element integer tensor, got a tensor of "
-                             f"shape {tuple(num_valid_tokens.shape)} and dtype {num_valid_tokens.dtype}")
-        num_valid_tokens = int(num_valid_tokens.reshape(()).cpu())  # the checker reads everything on the host
-    if num_valid_tokens is not None:
-        _check_int("num_valid_tokens", num_valid_tokens, 0, T)
+    if isinstance(num_valid_tokens, torch.Tensor):  # the checker reads everything on the host
+        _check_num_valid_tokens(num_valid_tokens, T, num_valid_tokens.device)
+        num_valid_tokens = int(num_valid_tokens.reshape(()).cpu())
+    _check_num_valid_tokens(num_valid_tokens, T, torch.device("cpu"))
     valid = valid_rows(T, num_valid_tokens, torch.device("cpu")).squeeze(1)
     ids64, w64 = ids_c.long(), weights_c.double()
     space = layout.id_space(config.num_experts, S) if config.num_zero_experts == 0 else config.num_scored
