@@ -225,46 +225,6 @@ def test_every_launch_shape_routes_the_same(block_m, num_warps, monkeypatch):
         run_both(logits, config, near_ties=True, **extras(config, T))
 
 
-def _persistent_cases():
-    """Every non-hash config; the prefetch on for all, off for three (the loop that loads each row itself)."""
-    cases = [c for c in CONFIGS if c[1].routing != "hash"]
-    return ([pytest.param(c, True, id=f"{c[0]}-prefetch") for c in cases]
-            + [pytest.param(c, False, id=f"{c[0]}-loads") for c in cases[:3]])
-
-
-@pytest.mark.parametrize("case,prefetch", _persistent_cases())
-def test_persistent_grid_routes_like_the_reference(case, prefetch, monkeypatch):
-    """One-row programs in a persistent grid (the kernel's PERSISTENT): a few programs, each looping over many rows,
-    the next row's logits loaded before this one is routed (PREFETCH). Layouts with shared slots, replicas and
-    padding; every launch checked to be persistent (the launcher falls back to a grid of one program a row)."""
-    import moegate.kernels.router as kr
-
-    name, config, tol = case
-    grids = []
-    persistent_programs = kr._persistent_programs
-
-    def recorded(*args):
-        grids.append(persistent_programs(*args))
-        return grids[-1]
-
-    monkeypatch.setattr(kr, "_persistent_programs", recorded)
-    monkeypatch.setattr(kr, "persistent_override", True)
-    monkeypatch.setattr(kr, "persistent_prefetch_override", prefetch)
-    monkeypatch.setattr(kr, "launch_override", (1, 1 if config.num_scored <= 512 else 4))
-    monkeypatch.setattr(kr, "persistent_warps_override", 1)  # GPU: one program an SM, so that each loops
-    layouts = _layouts(config.num_experts)
-    T = 1000 if FULL else 37
-    for seed, (lname, layout, S) in enumerate([layouts[0], layouts[3]]):
-        if config.num_zero_experts and lname != "default":
-            continue
-        c = config.replace(num_shared_experts=S)
-        logits = tie_free_logits(T, c.num_scored, torch.bfloat16 if seed else torch.float32, seed)
-        grids.clear()
-        run_both(logits, c, layout, tol=tol, near_ties=c.has_correction_bias, home_rank=layout.ep_size - 1,
-                 num_valid_tokens=T - 5 if seed else T, **extras(c, T, seed))
-        assert grids and 0 < grids[0] < T, f"{name}: the launch was not persistent ({grids})"
-
-
 def test_one_warp_on_a_1024_lane_row_is_refused(monkeypatch):
     """That launch returned wrong ids on the H200 (BENCHMARKS.md run 8): an error, never a silent answer."""
     import moegate.kernels.router as kr

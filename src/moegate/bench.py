@@ -405,17 +405,6 @@ AB_VARIANTS = {
     "winners-in-regs": {"winners_in_regs_override": True},  # one row a thread: winners' logits from registers
     "winners-reloaded": {"winners_in_regs_override": False},  # ... read again after the selection
     "fat-params": {"lean_params_override": False},  # every kernel argument passed, used or not (34 parameters)
-    # one-row programs in a persistent grid, the next row's logits loaded ahead (32 warps an SM, one-warp programs
-    # held to 64 registers); without the prefetch; 24 / 16 warps an SM; uncapped registers; never persistent
-    "persistent": {"persistent_override": True, "persistent_prefetch_override": True},
-    "persistent-loads": {"persistent_override": True, "persistent_prefetch_override": False},
-    "persistent-24": {"persistent_override": True, "persistent_prefetch_override": True,
-                      "persistent_warps_override": 24},
-    "persistent-16": {"persistent_override": True, "persistent_prefetch_override": True,
-                      "persistent_warps_override": 16},
-    "persistent-nocap": {"persistent_override": True, "persistent_prefetch_override": True, "maxnreg_override": 0,
-                         "persistent_warps_override": 24},
-    "no-persistent": {"persistent_override": False},
 }
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM.
 for _n in (40, 48, 52, 56, 60, 64):

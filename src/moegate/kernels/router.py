@@ -214,22 +214,6 @@ scalar_checks_override: bool | None = None
 # with every argument at T = 1-32768. lean_params_override forces it (False: every argument, as before).
 LEAN_PARAMS = True
 lean_params_override: bool | None = None
-# One-row programs on warps in a persistent grid (the kernel's PERSISTENT): as many programs as the GPU holds at once
-# (PERSISTENT_WARPS_PER_SM warps an SM), each looping over every num_programs-th row, with the next row's logits
-# loaded before this one is routed (PREFETCH). A grid of one program a row leaves the GPU starting 65536 one-warp
-# programs at T = 65536: run 68 (BENCHMARKS.md) timed the floor kernel in that shape at 41.1 us against 20.1, and
-# 19.6 looped. Run 69 looped the router without the prefetch: slower at every T >= 8192 (DeepSeek-V3 fp32 T=65536
-# 59.9 against 54.8 us), each row's read waiting on the last row's work. Forced on or off by persistent_override
-# (tests, the benchmark's A/B), the prefetch by persistent_prefetch_override, or the default from
-# PERSISTENT_MIN_TOKENS. The interpreter has no SMs: its launches take PERSISTENT_INTERPRETER_PROGRAMS programs.
-PERSISTENT_MIN_TOKENS = 1 << 62  # off until measured
-PERSISTENT_WARPS_PER_SM = 32
-PERSISTENT_PREFETCH = True
-PERSISTENT_MAX_REGISTERS = 64  # one-warp programs: 32 an SM
-PERSISTENT_INTERPRETER_PROGRAMS = 3
-persistent_override: bool | None = None
-persistent_prefetch_override: bool | None = None
-persistent_warps_override: int | None = None
 # Distance words drop low ulp bits from 1024 lanes up (896 experts: 25% of rows on the exact path without,
 # 0.1% with; run 4: 532 -> 443 us at T=65536), and at 512 lanes for K >= 16, where the K-th winner sits
 # far below the best (512 top-22, run 4: the exact-path spikes of run 3 gone, 10.45 -> 4.38 us at T=64,
@@ -417,25 +401,6 @@ def _pdl_trigger(num_tokens: int, block_m: int) -> int:
     return 1 if (block_m == 1 and num_tokens <= PDL_LATE_MAX_TOKENS) else 0
 
 
-@functools.cache
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def _persistent_programs(device: torch.device, num_tokens: int, spec: _Spec) -> int:
-    """The persistent grid's size (the kernel's PERSISTENT; see PERSISTENT_MIN_TOKENS), 0 for a grid of one program
-    a row block: one-row programs on warps without hashing."""
-    eligible = spec.block_m == 1 and not spec.THREAD_ROWS and not spec.SPLIT_ROWS and not spec.HASH
-    wanted = num_tokens >= PERSISTENT_MIN_TOKENS if persistent_override is None else persistent_override
-    if not (eligible and wanted and num_tokens > 0):
-        return 0
-    if device.type != "cuda":
-        return min(num_tokens, PERSISTENT_INTERPRETER_PROGRAMS)
-    warps = PERSISTENT_WARPS_PER_SM if persistent_warps_override is None else persistent_warps_override
-    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    return max(1, min(num_tokens, sms * max(1, warps // spec.num_warps)))
-
-
 def _launch(
     logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
     weights, ids, packed, rec_ids, rec_count, spec: _Spec, params: list[float],
@@ -516,17 +481,6 @@ def _launch(
     extra = {"launch_pdl": True} if use_pdl else {}
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
                             spec.SPLIT_ROWS)
-    persistent = _persistent_programs(logits.device, T, spec)
-    if persistent:
-        grid = (persistent,)
-        if spec.num_warps == 1 and not maxnreg and maxnreg_override is None:
-            maxnreg = PERSISTENT_MAX_REGISTERS
-    # A persistent program lets the next grid launch from its start: a trigger after the selection would fire a row.
-    pdl_trigger = _pdl_trigger(T, spec.block_m)
-    if persistent and pdl_trigger == 1:
-        pdl_trigger = 0
-    prefetch = bool(persistent) and (PERSISTENT_PREFETCH if persistent_prefetch_override is None
-                                     else persistent_prefetch_override)
     if maxnreg:
         extra["maxnreg"] = maxnreg
     has_padding = num_valid is None and 0 <= spec.num_valid < T
@@ -585,8 +539,7 @@ def _launch(
                                                               else split_pair_exact_override)),
         FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None, FMA_KEYS=fma_keys,
         BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs, SCALAR_CHECKS=scalar_checks,
-        USE_PDL=use_pdl, PDL_TRIGGER=pdl_trigger, PERSISTENT=bool(persistent), PREFETCH=prefetch,
-        ACCURATE=not _interpreting(),
+        USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )
 

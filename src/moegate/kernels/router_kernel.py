@@ -151,45 +151,8 @@ def _load_tile_raw(row_base, col2, col_stride, row_ok, ok2, logit_scale, softcap
     garbage on dead lanes, which _key_bits then sets to -inf: one select a lane fewer than keys of the masked x."""
     x = tl.load(row_base[:, None] + col2.to(tl.int64) * col_stride, mask=row_ok[:, None] & ok2,
                 other=float("-inf")).to(tl.float32)
-    return _tile_prologue(x, ok2, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
-
-
-@triton.jit
-def _tile_prologue(x, ok2, logit_scale, softcap, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-                   ACCURATE: tl.constexpr):
-    """_load_tile_raw's step 1 on the loaded fp32 tile x: (x through step 1 with NaN kept, dead)."""
     x = _prologue(x, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
     return x, (x != x) | (x == float("-inf")) | (ok2 == 0)
-
-
-@triton.jit
-def _tile_columns(N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_GS: tl.constexpr):
-    """The tile's lanes: (logit column [1, BW], real lane [1, BW]); lane = group * BLOCK_GS + position in the
-    group, so a tl.reshape to [rows, groups, BLOCK_GS] lines the groups up, and lane order is expert order."""
-    lane = tl.arange(0, BLOCK_W)
-    if (GROUP_SIZE == BLOCK_GS) or (N_GROUP == 1):
-        col = lane  # contiguous: the loads vectorise
-        col_ok = lane < N_GROUP * GROUP_SIZE
-    else:
-        col = (lane // BLOCK_GS) * GROUP_SIZE + lane % BLOCK_GS
-        col_ok = ((lane // BLOCK_GS) < N_GROUP) & ((lane % BLOCK_GS) < GROUP_SIZE)
-    return col[None, :], col_ok[None, :]
-
-
-@triton.jit
-def _prefetch_row(logits_ptr, row, row_stride, col_stride, num_tokens, N_GROUP: tl.constexpr,
-                  GROUP_SIZE: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_GS: tl.constexpr, PREFETCH: tl.constexpr):
-    """The persistent loop's read of row ``row`` ([1, BW], the logits' dtype, as _load_tile_raw reads it; 0.0
-    without PREFETCH or past the last row)."""
-    if PREFETCH:
-        col2, ok2 = _tile_columns(N_GROUP, GROUP_SIZE, BLOCK_W, BLOCK_GS)
-        rows = row + tl.arange(0, 1)  # [1]
-        row_ok = rows < num_tokens
-        x = tl.load(logits_ptr + rows.to(tl.int64)[:, None] * row_stride + col2.to(tl.int64) * col_stride,
-                    mask=row_ok[:, None] & ok2, other=float("-inf"))
-    else:
-        x = 0.0
-    return x
 
 
 @triton.jit
@@ -1196,8 +1159,6 @@ def _route_kernel(
     SCALAR_CHECKS: tl.constexpr,  # one row a program: the rounds' checks on their scalars as they come (small T)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
-    PERSISTENT: tl.constexpr,  # one-row programs, as many as run at once, each looping over the rows
-    PREFETCH: tl.constexpr,  # PERSISTENT: each row's logits loaded one iteration ahead
     ACCURATE: tl.constexpr,
 ):
     # FMA keys' flagged rows are redone on the selection's exact path: the tile's weights (from the same scores) and
@@ -1213,135 +1174,11 @@ def _route_kernel(
         gdc_wait()
         if PDL_TRIGGER == 0:
             gdc_launch_dependents()
-    if PERSISTENT:
-        # A grid of the programs the GPU holds at once, each taking every num_programs-th row: a grid of one-warp
-        # programs, one row each, waits on the GPU starting them (BENCHMARKS.md run 68: the floor in that shape
-        # takes 41 us at T = 65536, 20 looped). PREFETCH loads the next row's logits before routing this one,
-        # so that the loop does not wait on each read in turn (run 69 looped without it: slower).
-        tl.static_assert((BLOCK_M == 1) and not (THREAD_ROWS or (SPLIT_ROWS > 0) or HASH
-                                                 or (USE_PDL and (PDL_TRIGGER == 1))))
-        # (A while loop: the interpreter holds scalars as one-element arrays, which range() cannot take.)
-        pid = tl.program_id(0)
-        step = tl.num_programs(0)
-        x_next = _prefetch_row(logits_ptr, pid, logits_row_stride, logits_col_stride, num_tokens, N_GROUP,
-                               GROUP_SIZE, BLOCK_W, BLOCK_GS, PREFETCH)
-        while pid < num_tokens:
-            x_pre = x_next
-            if PREFETCH:
-                x_next = _prefetch_row(logits_ptr, pid + step, logits_row_stride, logits_col_stride, num_tokens,
-                                       N_GROUP, GROUP_SIZE, BLOCK_W, BLOCK_GS, PREFETCH)
-            _route_block(
-                pid, x_pre, PREFETCH, logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens,
-                renorm_eps, rsf, num_valid, shared_weight, home_rank, logit_scale, softcap, renorm_p, inv_renorm_p,
-                logits_col_stride, bias_stride, expert_scale_ptr, expert_scale_stride, num_valid_ptr, token_ids_ptr,
-                token_ids_stride, hash_table_ptr, hash_row_stride, hash_col_stride, hash_vocab, l2p_ptr,
-                replica_count_ptr, packed_ptr, rec_ids_ptr, rec_row_stride, rec_count_ptr, stats_ptr, K, C, N_GROUP,
-                GROUP_SIZE, TOPK_GROUP, GROUP_MAX, GROUP_ZERO, GROUP_BY_COUNT, SCORING, SELECT_LOGITS, HAS_SCALE,
-                HAS_SOFTCAP, HAS_BIAS, RENORMALIZE, RENORM_P_ONE, EPS_CLAMP, HAS_EXPERT_SCALE, APPLY_RSF, HASH,
-                HAS_PLACEMENT, MAX_REPLICAS, REPLICA_POLICY, SHARED_MODE, NUM_SHARED, SLOTS_PER_RANK, NUM_PHYSICAL,
-                VALID_FROM_PTR, HAS_PADDING, HAS_RECORDER, HAS_PACKED, BLOCK_M, BLOCK_W, LANE_BITS, TRUNCATE_WORDS,
-                BLOCK_G, BLOCK_GS, BLOCK_KC, DIST_SHIFT, TILE_WEIGHTS, APPROX_KEYS, APPROX_REPAIR, LOGIT_KEYS,
-                THREAD_ROWS, SPLIT_ROWS, PAIR_EXACT, FORCE_EXACT, COUNT_FALLBACKS, FMA_KEYS, BIAS_EARLY, WINNERS_IN_REGS,
-                SCALAR_CHECKS, USE_PDL, PDL_TRIGGER, ACCURATE
-            )
-            pid += step
-    else:
-        _route_block(
-            tl.program_id(0), 0.0, False, logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens,
-            renorm_eps, rsf, num_valid, shared_weight, home_rank, logit_scale, softcap, renorm_p, inv_renorm_p,
-            logits_col_stride, bias_stride, expert_scale_ptr, expert_scale_stride, num_valid_ptr, token_ids_ptr,
-            token_ids_stride, hash_table_ptr, hash_row_stride, hash_col_stride, hash_vocab, l2p_ptr,
-            replica_count_ptr, packed_ptr, rec_ids_ptr, rec_row_stride, rec_count_ptr, stats_ptr, K, C, N_GROUP,
-            GROUP_SIZE, TOPK_GROUP, GROUP_MAX, GROUP_ZERO, GROUP_BY_COUNT, SCORING, SELECT_LOGITS, HAS_SCALE,
-            HAS_SOFTCAP, HAS_BIAS, RENORMALIZE, RENORM_P_ONE, EPS_CLAMP, HAS_EXPERT_SCALE, APPLY_RSF, HASH,
-            HAS_PLACEMENT, MAX_REPLICAS, REPLICA_POLICY, SHARED_MODE, NUM_SHARED, SLOTS_PER_RANK, NUM_PHYSICAL,
-            VALID_FROM_PTR, HAS_PADDING, HAS_RECORDER, HAS_PACKED, BLOCK_M, BLOCK_W, LANE_BITS, TRUNCATE_WORDS,
-            BLOCK_G, BLOCK_GS, BLOCK_KC, DIST_SHIFT, TILE_WEIGHTS, APPROX_KEYS, APPROX_REPAIR, LOGIT_KEYS,
-            THREAD_ROWS, SPLIT_ROWS, PAIR_EXACT, FORCE_EXACT, COUNT_FALLBACKS, FMA_KEYS, BIAS_EARLY, WINNERS_IN_REGS,
-            SCALAR_CHECKS, USE_PDL, PDL_TRIGGER, ACCURATE
-        )
-
-
-@triton.jit
-def _route_block(
-    pid,  # the row block: rows pid * BLOCK_M, ...
-    x_pre,  # PRELOADED: the row's logits as loaded by _prefetch_row ([1, BLOCK_W], the logits' dtype)
-    PRELOADED: tl.constexpr,
-    # What every launch reads first, in one 64-byte line of the parameter bank (0x210-0x23f on sm_90): each
-    # further line is a constant-cache miss on the row's path (Nsight Compute, H200: the lines of num_tokens,
-    # num_valid and rsf cost ~4% of a T=64 launch when they lay apart).
-    logits_ptr, weights_ptr, ids_ptr, bias_ptr,
-    logits_row_stride, num_tokens, renorm_eps, rsf,
-    num_valid, shared_weight, home_rank, logit_scale, softcap, renorm_p, inv_renorm_p,
-    logits_col_stride, bias_stride,
-    expert_scale_ptr, expert_scale_stride,
-    num_valid_ptr,
-    token_ids_ptr, token_ids_stride,
-    hash_table_ptr, hash_row_stride, hash_col_stride, hash_vocab,
-    l2p_ptr, replica_count_ptr,
-    packed_ptr,
-    rec_ids_ptr, rec_row_stride, rec_count_ptr,
-    stats_ptr,  # COUNT_FALLBACKS: int32 [3], programs that redid their rows, repaired a row, ran
-    K: tl.constexpr,  # routed columns
-    C: tl.constexpr,  # shared columns (0 or S)
-    N_GROUP: tl.constexpr,
-    GROUP_SIZE: tl.constexpr,  # W // N_GROUP (W itself when N_GROUP == 1)
-    TOPK_GROUP: tl.constexpr,
-    GROUP_MAX: tl.constexpr,  # group score: max (else top2_sum)
-    GROUP_ZERO: tl.constexpr,  # dropped groups' keys -> 0.0 (else excluded)
-    GROUP_BY_COUNT: tl.constexpr,  # kept groups by counting the groups above (small G) or by max rounds
-    SCORING: tl.constexpr,
-    SELECT_LOGITS: tl.constexpr,
-    HAS_SCALE: tl.constexpr,  # logit_scale != 1.0
-    HAS_SOFTCAP: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    RENORMALIZE: tl.constexpr,
-    RENORM_P_ONE: tl.constexpr,
-    EPS_CLAMP: tl.constexpr,
-    HAS_EXPERT_SCALE: tl.constexpr,
-    APPLY_RSF: tl.constexpr,
-    HASH: tl.constexpr,
-    HAS_PLACEMENT: tl.constexpr,
-    MAX_REPLICAS: tl.constexpr,
-    REPLICA_POLICY: tl.constexpr,
-    SHARED_MODE: tl.constexpr,
-    NUM_SHARED: tl.constexpr,
-    SLOTS_PER_RANK: tl.constexpr,  # L
-    NUM_PHYSICAL: tl.constexpr,  # P
-    VALID_FROM_PTR: tl.constexpr,
-    HAS_PADDING: tl.constexpr,  # num_valid < num_tokens (an int); without it and VALID_FROM_PTR every row is live
-    HAS_RECORDER: tl.constexpr,
-    HAS_PACKED: tl.constexpr,
-    BLOCK_M: tl.constexpr,  # rows per program
-    BLOCK_W: tl.constexpr,  # BLOCK_G * BLOCK_GS lanes per row
-    LANE_BITS: tl.constexpr,  # log2(BLOCK_W)
-    TRUNCATE_WORDS: tl.constexpr,  # fast-path words: truncated keys (softmax) or distances below the best
-    BLOCK_G: tl.constexpr,  # >= N_GROUP, power of 2
-    BLOCK_GS: tl.constexpr,  # >= GROUP_SIZE, power of 2
-    BLOCK_KC: tl.constexpr,  # >= K + C, power of 2
-    DIST_SHIFT: tl.constexpr,  # distance words drop this many low ulp bits (wide tiles); K + 1 rounds then
-    TILE_WEIGHTS: tl.constexpr,  # weights from the tile's scores, stored by the winning lanes
-    APPROX_KEYS: tl.constexpr,  # sigmoid / sqrt-softplus keys from fast math, margins checked (one row a program)
-    APPROX_REPAIR: tl.constexpr,  # with APPROX_KEYS and no groups: close winners reordered on exact keys
-    LOGIT_KEYS: tl.constexpr,  # renormalized softmax selected on the logits, margins checked (one row a program)
-    THREAD_ROWS: tl.constexpr,  # narrow rows without groups, one a thread (_thread_rows)
-    SPLIT_ROWS: tl.constexpr,  # 0, or rows without groups on this many threads each (_split_rows)
-    PAIR_EXACT: tl.constexpr,  # split rows with LOGIT_KEYS: close rows settled on exact scores first (off: A/B)
-    FORCE_EXACT: tl.constexpr,  # every row takes the exact path (tests)
-    COUNT_FALLBACKS: tl.constexpr,  # count the programs that leave the fast path into stats_ptr (diagnostics)
-    FMA_KEYS: tl.constexpr,  # sigmoid / sqrt-softplus keys in their FMA forms (flagged rows redo them exactly)
-    BIAS_EARLY: tl.constexpr,  # rows on warps with a bias: its load pinned before the scoring (small launches)
-    WINNERS_IN_REGS: tl.constexpr,  # one row a thread, logit keys: the winners' logits from registers, not a reload
-    SCALAR_CHECKS: tl.constexpr,  # one row a program: the rounds' checks on their scalars as they come (small T)
-    USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
-    PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
-    ACCURATE: tl.constexpr,
-):
-    """_route_kernel's work on one block of BLOCK_M rows."""
     if COUNT_FALLBACKS:
         tl.atomic_add(stats_ptr + 2, 1)
     # LOGIT_KEYS with unshifted distance words: the winners' logits come out of their words.
     WORD_LOGITS: tl.constexpr = LOGIT_KEYS and (DIST_SHIFT == 0) and (BLOCK_M == 1)
+    pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
     row_ok = rows < num_tokens
     rows64 = rows.to(tl.int64)  # row offsets in int64: T * W passes 2**31 at T=8M, W=256
@@ -1366,13 +1203,16 @@ def _route_block(
         # by id). Reductions along the lanes stay mostly inside a thread: a 3-D tile put the 32 threads
         # of a warp across each group and cost ~800 shuffles a row (SASS count, DeepSeek-V3 shape).
         lane = tl.arange(0, BLOCK_W)
-        col2, ok2 = _tile_columns(N_GROUP, GROUP_SIZE, BLOCK_W, BLOCK_GS)  # [1, BW]
-        if PRELOADED:  # _prefetch_row's load of this row
-            x_raw, dead = _tile_prologue(x_pre.to(tl.float32), ok2, logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP,
-                                         ACCURATE)
+        if (GROUP_SIZE == BLOCK_GS) or (N_GROUP == 1):
+            col = lane  # contiguous: the loads vectorise
+            col_ok = lane < N_GROUP * GROUP_SIZE
         else:
-            x_raw, dead = _load_tile_raw(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
-                                         HAS_SCALE, HAS_SOFTCAP, ACCURATE)  # [BM, BW]
+            col = (lane // BLOCK_GS) * GROUP_SIZE + lane % BLOCK_GS
+            col_ok = ((lane // BLOCK_GS) < N_GROUP) & ((lane % BLOCK_GS) < GROUP_SIZE)
+        col2 = col[None, :]
+        ok2 = col_ok[None, :]  # [1, BW]
+        x_raw, dead = _load_tile_raw(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap, HAS_SCALE,
+                                     HAS_SOFTCAP, ACCURATE)  # [BM, BW]
         if BIAS_EARLY:
             # ptxas issues the bias load of sqrt-softplus rows after the scoring (to spare its registers), so a
             # small launch waits a second L2 round trip there. A select on a condition it cannot fold
