@@ -225,6 +225,33 @@ def test_every_launch_shape_routes_the_same(block_m, num_warps, monkeypatch):
         run_both(logits, config, near_ties=True, **extras(config, T))
 
 
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter's speed-ups (tests/conftest.py) apply to the CPU lane only")
+def test_interpreter_speedups_change_nothing():
+    """conftest.py's shortcuts for Triton 3.6's interpreter give what the code they replace gives: a tuple's type
+    (read late) is the type of its values, also after _setitem; the numpy dtype table matches the original function
+    on every scalar, block and pointer type; overflow checks are off only where their asserts would be dropped."""
+    import triton.language.core as core
+    import triton.runtime.interpreter as ti
+
+    if not triton.__version__.startswith("3.6."):
+        pytest.skip("the speed-ups are written for Triton 3.6")
+    assert getattr(core, "_moegate_lazy_tuples", False) and getattr(ti, "_moegate_np_dtypes", False)
+    t = core.tuple([1, 2.5, tl.int32])
+    assert t.type == core._type_for_tuple_values([1, 2.5, tl.int32])
+    t._setitem(1, 7)
+    assert t.type == core._type_for_tuple_values([1, 7, tl.int32]) and t.values == [1, 7, tl.int32]
+    given = core.tuple([3], core.tuple_type([core.constexpr_type(3)]))
+    assert given.type == core._type_for_tuple_values([3])
+    scalars = [tl.int1, tl.int8, tl.uint8, tl.int16, tl.uint16, tl.int32, tl.uint32, tl.int64, tl.uint64, tl.float16,
+               tl.bfloat16, tl.float32, tl.float64, tl.float8e5, tl.float8e4nv]
+    kinds = scalars + [tl.pointer_type(tl.float32)] + [tl.block_type(d, [4, 2]) for d in scalars]
+    kinds.append(tl.block_type(tl.pointer_type(tl.bfloat16), [8]))
+    for d in kinds:
+        assert ti._get_np_dtype(d) == ti._moegate_slow_np_dtype(d), d
+    options = ti.interpreter_builder.options
+    assert not options.debug and not options.sanitize_overflow
+
+
 def test_one_warp_on_a_1024_lane_row_is_refused(monkeypatch):
     """That launch returned wrong ids on the H200 (BENCHMARKS.md run 8): an error, never a silent answer."""
     import moegate.kernels.router as kr
