@@ -66,6 +66,15 @@ def _div(a, b):
 
 
 @triton.jit
+def _div_nonneg(w, d):
+    """w / d for weights w >= 0 over a finite d > 0, bit for bit: a zero w gives +0.0 without a division. A zero
+    numerator is outside the IEEE division's fast path, and one lane there sends the warp down the slow path: the
+    columns past K, all zero, did so on every row (BENCHMARKS.md run 87)."""
+    nonzero = w > 0.0
+    return tl.where(nonzero, _div(tl.where(nonzero, w, 1.0), d), 0.0)
+
+
+@triton.jit
 def _exp(x, ACCURATE: tl.constexpr):
     if ACCURATE:
         y = libdevice.exp(x)
@@ -1573,7 +1582,7 @@ def _route_kernel(
             else:
                 denom = norm + renorm_eps
             # renorm_eps may be 0: a row whose selected scores are all 0 (all-NaN logits) keeps weights 0.
-            w_lane = tl.where(denom[:, None] > 0, _div(w_lane, denom.to(tl.float32)[:, None]), 0.0)
+            w_lane = tl.where(denom[:, None] > 0, _div_nonneg(w_lane, denom.to(tl.float32)[:, None]), 0.0)
         if HAS_EXPERT_SCALE:
             w_lane = w_lane * scale_lane
         if APPLY_RSF:  # step 8, scale="in_weights"
@@ -1597,7 +1606,10 @@ def _route_kernel(
             # and the launcher takes this path only where renorm_eps is below an ulp of the sum.
             w = _exp(xk - e_max, ACCURATE)
         else:
-            w = _score(xk, e_max, e_sum, SCORING, ACCURATE)
+            # Columns past K (and padded rows) score a logit of 0 before the mask below: their -inf made the IEEE
+            # division's operands special (1 / inf), which sends the whole warp down its slow path on every row
+            # (Nsight Compute source counters, BENCHMARKS.md run 87). The live columns' scores are unchanged.
+            w = _score(tl.where(e_mask, xk, 0.0), e_max, e_sum, SCORING, ACCURATE)
         w = tl.where(e_mask, w, 0.0)
         if RENORMALIZE:  # step 7; shared columns are not in w yet
             if RENORM_P_ONE:
@@ -1614,7 +1626,7 @@ def _route_kernel(
                 # quotient.
                 w = tl.where(denom > 0, w * _div(tl.full(denom.shape, 1.0, tl.float32), tl.maximum(denom, 1.0)), 0.0)
             else:
-                w = tl.where(denom > 0, _div(w, denom.to(tl.float32)), 0.0)
+                w = tl.where(denom > 0, _div_nonneg(w, denom.to(tl.float32)), 0.0)
         if HAS_EXPERT_SCALE:
             scale = tl.load(expert_scale_ptr + e_ids.to(tl.int64) * expert_scale_stride, mask=e_mask, other=1.0)
             w = w * scale.to(tl.float32)
