@@ -98,8 +98,10 @@ def test_bias_early_issues_the_bias_load_with_the_logits(tmp_path):
 # those cuts a row issues more instructions than twice its ALU ones (each holds the ALU pipe two cycles: 585 against
 # 2 x 228 at T = 8192), so the fast path's whole count is bounded too (585 / 609 / 462 at 8192, 516 / 467 / 462 at
 # 65536).
-_ALU_BOUNDS = {8192: {"deepseek-v3-fp32": 233, "kimi-k2": 203, "deepseek-v4": 186},
-               65536: {"deepseek-v3-fp32": 244, "kimi-k2": 199, "deepseek-v4": 186}}
+# 2026-12-02 (27863a3): +1 to +3 ALU instructions for the weights' selects that keep every row off the IEEE division's
+# slow path (a subroutine of ~34 instructions run twice a row before, which this static count leaves out; run 88).
+_ALU_BOUNDS = {8192: {"deepseek-v3-fp32": 236, "kimi-k2": 206, "deepseek-v4": 186},
+               65536: {"deepseek-v3-fp32": 249, "kimi-k2": 202, "deepseek-v4": 186}}
 _ISSUE_BOUNDS = {8192: {"deepseek-v3-fp32": 595, "kimi-k2": 619, "deepseek-v4": 472},
                  65536: {"deepseek-v3-fp32": 526, "kimi-k2": 477, "deepseek-v4": 472}}
 
