@@ -1208,6 +1208,85 @@ def test_bias_early_routes_bit_for_bit_like_without(monkeypatch):
             monkeypatch.setattr(kr, "bias_early_override", None)
 
 
+def test_kept_only_where_the_launcher_takes_it(monkeypatch):
+    """KEPT_ONLY (the rounds on the kept groups' lanes): one row a program with groups excluded in the words, kept by
+    counting, groups as wide as their tile, on fast keys (FMA keys where forced); never zero fill, one group, padded
+    groups, more than 16 groups, exact or softmax keys; kept_only_override wins where a launch can take it."""
+    import moegate.kernels.router as kr
+
+    for name in ("kept_only_override", "approx_keys_override", "fma_keys_override"):
+        monkeypatch.setattr(kr, name, None)
+    dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    bias = torch.zeros(256)
+    for T in (1, 64, 4096, 32768):  # FMA keys: not by default, but where forced
+        assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=bias)["KEPT_ONLY"] is False
+        monkeypatch.setattr(kr, "kept_only_override", True)
+        assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=bias)["KEPT_ONLY"] is True
+        monkeypatch.setattr(kr, "kept_only_override", None)
+    assert _launch_kwargs(torch.empty(65536, 256), dsv3, bias=bias)["KEPT_ONLY"] is True  # fast keys
+    monkeypatch.setattr(kr, "approx_keys_override", True)
+    three = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=3)
+    assert _launch_kwargs(torch.empty(64, 256), three, bias=bias)["KEPT_ONLY"] is True
+    monkeypatch.setattr(kr, "approx_keys_override", None)
+    zero = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4,
+                        group_fill="zero")
+    flat = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True)
+    padded = RouterConfig(240, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)  # 30 a group
+    many = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=32, topk_group=4)
+    soft = RouterConfig(256, 8, scoring="softmax", n_group=8, topk_group=4)
+    monkeypatch.setattr(kr, "kept_only_override", True)
+    for config in (zero, flat, padded, many, soft):
+        E = config.num_experts
+        assert _launch_kwargs(torch.empty(65536, E), config, bias=torch.zeros(E))["KEPT_ONLY"] is False, config
+    monkeypatch.setattr(kr, "kept_only_override", None)
+    monkeypatch.setattr(kr, "approx_keys_override", False)
+    monkeypatch.setattr(kr, "fma_keys_override", False)  # exact keys through div_rn
+    assert _launch_kwargs(torch.empty(64, 256), dsv3, bias=bias)["KEPT_ONLY"] is False
+    monkeypatch.setattr(kr, "approx_keys_override", None)
+    monkeypatch.setattr(kr, "fma_keys_override", None)
+    monkeypatch.setattr(kr, "kept_only_override", False)
+    assert _launch_kwargs(torch.empty(65536, 256), dsv3, bias=bias)["KEPT_ONLY"] is False
+
+
+def test_kept_only_routes_bit_for_bit_like_all_lanes(monkeypatch):
+    """The rounds on the kept groups' lanes change no value: forced on and off, the same routing bit for bit on
+    fast and FMA keys, top2_sum and max group scores, a kept count that is not a power of two (padding slots),
+    sigmoid and sqrt-softplus, a logit scale and softcap, a bf16 bias, rows with ties, NaN and -inf, padding rows;
+    and like the reference."""
+    import moegate.kernels.router as kr
+
+    E, G = (256, 8) if FULL else (64, 4)
+    cfgs = (RouterConfig(E, 8 if FULL else 4, scoring="sigmoid", has_correction_bias=True, n_group=G,
+                         topk_group=G // 2, routed_scaling_factor=2.5),
+            RouterConfig(E, 8 if FULL else 6, scoring="sqrtsoftplus", has_correction_bias=True, n_group=G,
+                         topk_group=3, group_score="max", renormalize=True, logit_scale=0.7, softcap=30.0),
+            RouterConfig(E, 8 if FULL else 6, scoring="sigmoid", has_correction_bias=True, n_group=G, topk_group=3))
+    g = torch.Generator().manual_seed(31)
+    for config in cfgs:
+        for T in ((1, 37, 4096) if FULL else (1, 37)):
+            x = torch.randn(T, E, generator=g) * 3
+            if T > 1:
+                x[1, : E // 2] = 0.5  # ties across groups
+                x[-1, 3] = float("nan")
+                x[-1, 5] = float("-inf")
+            x = x.to(DEVICE)
+            for bias_dtype in (torch.float32, torch.bfloat16):
+                bias = (torch.randn(E, generator=g) * 0.1).to(bias_dtype).to(DEVICE)
+                for keys in ({"approx_keys_override": True}, {"approx_keys_override": False,
+                                                               "fma_keys_override": True}):
+                    for name, value in keys.items():
+                        monkeypatch.setattr(kr, name, value)
+                    monkeypatch.setattr(kr, "kept_only_override", True)
+                    assert _launch_kwargs(x, config, bias=bias)["KEPT_ONLY"] is True
+                    got = route(x, config, backend="triton", bias=bias, num_valid_tokens=T - 1)
+                    monkeypatch.setattr(kr, "kept_only_override", False)
+                    assert_identical(got, route(x, config, backend="triton", bias=bias, num_valid_tokens=T - 1))
+                    monkeypatch.setattr(kr, "kept_only_override", None)
+                    run_both(x[2:] if T > 2 else x, config, bias=bias)
+                    for name in keys:
+                        monkeypatch.setattr(kr, name, None)
+
+
 def test_register_cap_where_the_launcher_sets_it(monkeypatch):
     """ptxas's register cap: for rows of 1024 lanes and more (one a program, several warps) 56 from T = 2049, 64
     from T = 257, none below; 64 for one-warp rows on fast sigmoid keys and for split rows on 8 threads in one-warp

@@ -405,6 +405,9 @@ AB_VARIANTS = {
     "winners-in-regs": {"winners_in_regs_override": True},  # one row a thread: winners' logits from registers
     "winners-reloaded": {"winners_in_regs_override": False},  # ... read again after the selection
     "fat-params": {"lean_params_override": False},  # every kernel argument passed, used or not (34 parameters)
+    "kept-only": {"kept_only_override": True},  # grouped rows: the rounds on the kept groups' lanes only
+    "all-lanes": {"kept_only_override": False},  # ... on every lane, the dropped ones excluded in the words
+    "approx-all-lanes": {"approx_keys_override": True, "kept_only_override": False},  # fast keys, every lane
 }
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM.
 for _n in (40, 48, 52, 56, 60, 64):

@@ -208,6 +208,14 @@ winners_in_regs_override: bool | None = None
 # off by the override where a one-row program can take it (tests, the benchmark's A/B).
 SCALAR_CHECKS_MAX_TOKEN_COLUMNS = 8192
 scalar_checks_override: bool | None = None
+# One row a program whose groups are dropped in the words (exclusion, kept groups by counting, a group the tile's own
+# width, fast or FMA keys): after step 4 the kept groups' logits and bias are read again (L1 hits) and their keys
+# recomputed in a tile of TOPK_GROUP groups, packed by rank, and the rounds run on that tile only (the kernel's
+# KEPT_ONLY). DeepSeek-V3: half the lanes a round, no select for the dropped ones; sm_90 SASS on fast keys (T =
+# 65536) 496 fast-path instructions a row against 522, bf16 480 against 502. kept_only_override forces it on or off
+# where a launch can take it, FMA keys included (tests, the benchmark's A/B: --ab-variants kept-only,all-lanes).
+KEPT_ONLY = True
+kept_only_override: bool | None = None
 # Arguments that the launch's constexprs turn off (absent tensors and their strides, unused scalars) are passed as
 # None, so that Triton leaves them out of the kernel's parameters: a launch without padding, placement or capture
 # then carries 8-10 parameters (52-64 bytes) instead of 34 (200). H200 runs 61 and 64 (BENCHMARKS.md) timed it level
@@ -477,6 +485,12 @@ def _launch(
     else:
         scalar_checks = (scalar_checks_able and spec.num_warps == 1 and not logit_keys
                          and T * spec.K <= SCALAR_CHECKS_MAX_TOKEN_COLUMNS)
+    kept_only_able = (spec.block_m == 1 and spec.N_GROUP > 1 and not spec.GROUP_ZERO and not select_truncated
+                      and (approx_keys or fma_keys) and block_g <= 16 and spec.TOPK_GROUP <= 8
+                      and spec.GROUP_SIZE == block_gs)
+    # By default on fast keys only: FMA keys cost more to compute again than the rounds save (sass_count.py,
+    # DeepSeek-V3 T = 1: 639 instructions and 2058 modelled cycles against 611 and 1892).
+    kept_only = kept_only_able and (KEPT_ONLY and approx_keys if kept_only_override is None else kept_only_override)
     use_pdl = _use_pdl(logits.device, T, bool(spec.THREAD_ROWS), spec.SPLIT_ROWS, spec.num_warps)
     extra = {"launch_pdl": True} if use_pdl else {}
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
@@ -539,6 +553,7 @@ def _launch(
                                                               else split_pair_exact_override)),
         FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None, FMA_KEYS=fma_keys,
         BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs, SCALAR_CHECKS=scalar_checks,
+        KEPT_ONLY=kept_only,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )

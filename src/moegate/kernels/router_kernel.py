@@ -483,7 +483,7 @@ def _top2_combine(a1, a2, b1, b2):
 @triton.jit
 def _group_keep(hi, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.constexpr, N_GROUP: tl.constexpr,
                 TOPK_GROUP: tl.constexpr, GROUP_MAX: tl.constexpr, GROUP_BY_COUNT: tl.constexpr,
-                RAW_BITS: tl.constexpr = False):
+                RAW_BITS: tl.constexpr = False, SLOTS: tl.constexpr = False):
     """Step 4's choice of groups from the exact 32-bit key bits (padding lanes at INT32_MIN).
 
     The group's top key, and for top2_sum its second key, which is the top key again when that appears
@@ -493,7 +493,8 @@ def _group_keep(hi, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.c
     FMNMX on sm_90, where VIMNMX3 takes three). Returns kept [BM, BG], per row the lowest kept and the highest
     dropped group score (the margin that APPROX_KEYS checks), each group's top key bits [BM, BG], and per row
     whether a group score may be wrong under RAW_BITS (raw key bits, _key_bits): a group whose top or, for
-    top2_sum, second key is below +0.0, where raw bits do not order the keys.
+    top2_sum, second key is below +0.0, where raw bits do not order the keys. SLOTS (GROUP_BY_COUNT, BLOCK_G <= 16):
+    also, per row, the kept groups by rank in one word, the 4-bit field r holding the group ranked r (0 the best).
     """
     hi3 = tl.reshape(hi, [BLOCK_M, BLOCK_G, BLOCK_GS])
     if GROUP_MAX:
@@ -523,6 +524,11 @@ def _group_keep(hi, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.c
         # A group is kept when fewer than TOPK_GROUP groups beat it: no chain of reductions.
         above = tl.sum((group_word[:, None, :] > group_word[:, :, None]).to(tl.int32), axis=2)
         kept = (above < TOPK_GROUP) & g_ok
+        if SLOTS:
+            # Distinct words: the kept groups' counts are their ranks 0 .. TOPK_GROUP - 1.
+            slots = tl.sum(tl.where(kept, g[None, :] << (4 * above), 0), axis=1)  # [BM]
+        else:
+            slots = tl.zeros([BLOCK_M], dtype=tl.int32)
     else:
         kept = tl.zeros([BLOCK_M, BLOCK_G], dtype=tl.int1)
         for _ in tl.static_range(TOPK_GROUP):
@@ -531,9 +537,11 @@ def _group_keep(hi, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.c
             kept = kept | hit
             group_word = tl.where(hit, INT64_MIN, group_word)
         kept = kept & g_ok
+        tl.static_assert(not SLOTS, "the slot word comes from the counts")
+        slots = tl.zeros([BLOCK_M], dtype=tl.int32)
     kept_min = tl.min(tl.where(kept, group_score, float("inf")), axis=1)  # [BM]
     dropped_max = tl.max(tl.where(g_ok & (kept == 0), group_score, float("-inf")), axis=1)
-    return kept, kept_min, dropped_max, top1, raw_bad
+    return kept, kept_min, dropped_max, top1, raw_bad, slots
 
 
 @triton.jit
@@ -543,7 +551,7 @@ def _group_mask(hi, key, dead, ok2, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr
     """Step 4: _group_keep, then the key bits with the dropped groups' lanes at
     INT32_MIN, or for zero fill at the bits of 0.0. Returns those bits, the lowest kept and the highest
     dropped group score."""
-    kept, kept_min, dropped_max, _top1, _bad = _group_keep(hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP, TOPK_GROUP,
+    kept, kept_min, dropped_max, _top1, _bad, _slots = _group_keep(hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP, TOPK_GROUP,
                                                            GROUP_MAX, GROUP_BY_COUNT)
     kept_lanes = _kept_lanes(kept, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W)
     if GROUP_ZERO:
@@ -1166,6 +1174,7 @@ def _route_kernel(
     BIAS_EARLY: tl.constexpr,  # rows on warps with a bias: its load pinned before the scoring (small launches)
     WINNERS_IN_REGS: tl.constexpr,  # one row a thread, logit keys: the winners' logits from registers, not a reload
     SCALAR_CHECKS: tl.constexpr,  # one row a program: the rounds' checks on their scalars as they come (small T)
+    KEPT_ONLY: tl.constexpr,  # one row a program, groups kept in the words: the rounds run on the kept groups' lanes
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
@@ -1319,11 +1328,38 @@ def _route_kernel(
         # where masking the bits first cost a select a lane and a reduction (SASS: 16 ALU instructions a
         # DeepSeek-V3 row). `hi` keeps the dropped lanes' bits then; the exact paths build their own.
         allowed = ok2  # [1, BW] lanes that may win on the fast path
+        inv_w = inv[None, :]  # the fast words' inverted lanes
         if KEEP_IN_WORDS:
-            kept, kept_min, dropped_max, top1, raw_bad = _group_keep(hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP,
-                                                                     TOPK_GROUP, GROUP_MAX, GROUP_BY_COUNT, RAW_BITS)
-            allowed = ok2 & _kept_lanes(kept, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W)
-            hi_max = tl.max(tl.max(tl.where(kept, top1, INT32_MIN), axis=1), axis=0)
+            tl.static_assert(not KEPT_ONLY or (DEAD_BY_ROW and GROUP_BY_COUNT and GROUP_SIZE == BLOCK_GS
+                                               and BLOCK_G <= 16 and TOPK_GROUP <= 8))
+            kept, kept_min, dropped_max, top1, raw_bad, slots = _group_keep(
+                hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP, TOPK_GROUP, GROUP_MAX, GROUP_BY_COUNT, RAW_BITS, KEPT_ONLY)
+            if KEPT_ONLY:
+                # The rounds on the kept groups' lanes only (TOPK_GROUP of N_GROUP: half the lanes for DeepSeek-V3),
+                # packed by the groups' rank: their logits and bias read again (L1 hits) and their keys computed
+                # again, the same instructions on the same inputs, so the same bits. Each round then takes half the
+                # adds and maxes a thread, and the dropped lanes need no select. The words keep the expert's own
+                # lane, so ties and ids are as before; the exact path reads the whole row again itself.
+                BLOCK_C: tl.constexpr = BLOCK_GS * (1 if TOPK_GROUP == 1 else 2 if TOPK_GROUP == 2 else
+                                                    4 if TOPK_GROUP <= 4 else 8)
+                c = tl.arange(0, BLOCK_C)
+                slot = c // BLOCK_GS
+                lane_c = ((tl.sum(slots, axis=0) >> (4 * slot)) & 15) * BLOCK_GS + c % BLOCK_GS  # [BC]
+                if BLOCK_C == TOPK_GROUP * BLOCK_GS:
+                    ok_c = tl.full([1, BLOCK_C], 1, tl.int1)  # [1, BC] (folded: no mask)
+                else:
+                    ok_c = (slot < TOPK_GROUP)[None, :]
+                x_c, _dead_c = _load_tile_raw(row_base, lane_c[None, :], logits_col_stride, row_ok, ok_c,
+                                              logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+                b_c = _load_bias(bias_ptr, lane_c[None, :], bias_stride, ok_c) if HAS_BIAS else 0.0
+                _key_c, _s_c, hi = _key_bits(x_c, ok_c == 0, ok_c, row_max[:, None], row_sum[:, None], b_c, SCORING,
+                                             False, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_KEYS, RAW_BITS)
+                allowed = ok_c
+                inv_w = ((BLOCK_W - 1) - lane_c)[None, :]
+                hi_max = tl.max(tl.max(hi, axis=1), axis=0)
+            else:
+                allowed = ok2 & _kept_lanes(kept, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W)
+                hi_max = tl.max(tl.max(tl.where(kept, top1, INT32_MIN), axis=1), axis=0)
         elif N_GROUP > 1:
             hi, kept_min, dropped_max = _group_mask(
                 hi, key, dead_keys, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
@@ -1346,7 +1382,7 @@ def _route_kernel(
                 dist = dist >> DIST_SHIFT
             # Allowed lanes hold (distance, inverted lane) words in [0, 2**31); excluded and padding lanes
             # INT32_MIN (a row that needs them, with fewer than K allowed lanes, takes the exact path).
-            fast = tl.where(allowed, (dist << LANE_BITS) | inv[None, :], INT32_MIN)  # [1, BW]
+            fast = tl.where(allowed, (dist << LANE_BITS) | inv_w, INT32_MIN)  # [1, BW] (KEPT_ONLY: [1, BC])
             f_col = tl.arange(0, BLOCK_KC)
             m_row = tl.sum(row_max, axis=0)
             best = tl.max(tl.max(fast, axis=1), axis=0)
