@@ -1251,8 +1251,8 @@ def test_kept_only_where_the_launcher_takes_it(monkeypatch):
 def test_kept_only_routes_bit_for_bit_like_all_lanes(monkeypatch):
     """The rounds on the kept groups' lanes change no value: forced on and off, the same routing bit for bit on
     fast and FMA keys, top2_sum and max group scores, a kept count that is not a power of two (padding slots),
-    sigmoid and sqrt-softplus, a logit scale and softcap, a bf16 bias, rows with ties, NaN and -inf, padding rows;
-    and like the reference."""
+    sigmoid and sqrt-softplus, a logit scale and softcap, fp32 and bf16 logits and bias, rows with ties, NaN and
+    -inf, padding rows; and like the reference."""
     import moegate.kernels.router as kr
 
     E, G = (256, 8) if FULL else (64, 4)
@@ -1269,8 +1269,8 @@ def test_kept_only_routes_bit_for_bit_like_all_lanes(monkeypatch):
                 x[1, : E // 2] = 0.5  # ties across groups
                 x[-1, 3] = float("nan")
                 x[-1, 5] = float("-inf")
-            x = x.to(DEVICE)
-            for bias_dtype in (torch.float32, torch.bfloat16):
+            for bias_dtype in (torch.float32, torch.bfloat16):  # bf16 logits with the bf16 bias
+                x = x.to(bias_dtype).to(DEVICE)
                 bias = (torch.randn(E, generator=g) * 0.1).to(bias_dtype).to(DEVICE)
                 for keys in ({"approx_keys_override": True}, {"approx_keys_override": False,
                                                                "fma_keys_override": True}):
