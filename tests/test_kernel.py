@@ -1263,7 +1263,7 @@ def test_kept_only_routes_bit_for_bit_like_all_lanes(monkeypatch):
             RouterConfig(E, 8 if FULL else 6, scoring="sigmoid", has_correction_bias=True, n_group=G, topk_group=3))
     g = torch.Generator().manual_seed(31)
     for config in cfgs:
-        for T in ((1, 37, 4096) if FULL else (1, 37)):
+        for T in ((1, 37, 4096) if FULL else (37,)):
             x = torch.randn(T, E, generator=g) * 3
             if T > 1:
                 x[1, : E // 2] = 0.5  # ties across groups
@@ -1272,8 +1272,9 @@ def test_kept_only_routes_bit_for_bit_like_all_lanes(monkeypatch):
             for bias_dtype in (torch.float32, torch.bfloat16):  # bf16 logits with the bf16 bias
                 x = x.to(bias_dtype).to(DEVICE)
                 bias = (torch.randn(E, generator=g) * 0.1).to(bias_dtype).to(DEVICE)
-                for keys in ({"approx_keys_override": True}, {"approx_keys_override": False,
-                                                               "fma_keys_override": True}):
+                # FMA keys take KEPT_ONLY only where forced: on the GPU alone (the interpreter lane's time).
+                for keys in ({"approx_keys_override": True},) + (({"approx_keys_override": False,
+                                                                   "fma_keys_override": True},) if FULL else ()):
                     for name, value in keys.items():
                         monkeypatch.setattr(kr, name, value)
                     monkeypatch.setattr(kr, "kept_only_override", True)
@@ -1282,7 +1283,8 @@ def test_kept_only_routes_bit_for_bit_like_all_lanes(monkeypatch):
                     monkeypatch.setattr(kr, "kept_only_override", False)
                     assert_identical(got, route(x, config, backend="triton", bias=bias, num_valid_tokens=T - 1))
                     monkeypatch.setattr(kr, "kept_only_override", None)
-                    run_both(x[2:] if T > 2 else x, config, bias=bias)
+                    if keys["approx_keys_override"]:  # the launcher's choice on fast keys: KEPT_ONLY
+                        run_both(x[2:] if T > 2 else x, config, bias=bias)
                     for name in keys:
                         monkeypatch.setattr(kr, name, None)
 
