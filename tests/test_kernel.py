@@ -600,10 +600,10 @@ def test_fast_sqrtsoftplus_keys_route_like_exact_keys(E, repair, monkeypatch):
 @pytest.mark.parametrize("repair", [False, True], ids=["default", "repair"])
 def test_fast_keys_at_large_T_match_reference(E, K, scoring, n_group, repair, monkeypatch):
     """DeepSeek-V4, 896 top-16, DeepSeek-V3 and Kimi-K2 as the launcher takes them (fast keys at T >= 8192 /
-    8192 / 65536, under its register caps; exact keys in their FMA forms below) and with the repair switched on (fast keys at every T, close rows
-    repaired below T = 16384; rows without groups), against the reference: tie-free rows, normal draws with a bias
-    (some rows within the margin: repaired or redone), fp32 and bf16, the last rows padding. GPU only: the
-    interpreter would take hours at these T."""
+    8192 / 65536, under its register caps; exact keys in their FMA forms below) and with the repair switched on
+    (fast keys at every T, close rows repaired below T = 16384; rows without groups), against the reference:
+    tie-free rows, normal draws with a bias (some rows within the margin: repaired or redone), fp32 and bf16, the
+    last rows padding. GPU only: the interpreter would take hours at these T."""
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, "APPROX_REPAIR", repair)
@@ -761,8 +761,8 @@ def test_softmax_logit_keys_route_like_exact_scores(E, K, split, pair, monkeypat
     """Renormalized softmax selects on the logits and checks the margins between winners: it must route
     exactly like the exact scores (every row forced down the exact path), also where rounding makes scores
     tie; and both like the reference on ordinary inputs. One row a warp (E None: 128 or 64 experts), one
-    row a thread (8 experts, K < E and K = E) and rows split over 4 (8 on the GPU) or 2 threads, their close rows redone on
-    the 64-bit rounds or (pairs) settled on exact scores first."""
+    row a thread (8 experts, K < E and K = E) and rows split over 4 (8 on the GPU) or 2 threads, their close rows
+    redone on the 64-bit rounds or (pairs) settled on exact scores first."""
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, "split_pair_exact_override", pair)
@@ -1150,8 +1150,9 @@ def test_scalar_checks_where_the_launcher_takes_them(T, monkeypatch):
 @pytest.mark.parametrize("T", [1, 32, 33, 1024, 1025, 65536])
 def test_bias_early_where_the_launcher_takes_it(T, monkeypatch):
     """BIAS_EARLY (the bias load pinned before the scoring): sqrt-softplus rows on warps with a bias on the fast keys
-    up to T = 1024 (T <= 32: the exact keys' square roots cover the load); not sigmoid rows (ptxas loads their bias with the logits), rows without a bias, one row a thread or split rows;
-    the override forces it on or off wherever a row on warps has a bias."""
+    up to T = 1024 (T <= 32: the exact keys' square roots cover the load); not sigmoid rows (ptxas loads their
+    bias with the logits), rows without a bias, one row a thread or split rows; the override forces it on or off
+    wherever a row on warps has a bias."""
     import moegate.kernels.router as kr
 
     dsv4 = RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)
