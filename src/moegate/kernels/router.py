@@ -208,12 +208,14 @@ winners_in_regs_override: bool | None = None
 # off by the override where a one-row program can take it (tests, the benchmark's A/B).
 SCALAR_CHECKS_MAX_TOKEN_COLUMNS = 8192
 scalar_checks_override: bool | None = None
-# One row a program whose groups are dropped in the words (exclusion, kept groups by counting, a group the tile's own
-# width, fast or FMA keys): after step 4 the kept groups' logits and bias are read again (L1 hits) and their keys
-# recomputed in a tile of TOPK_GROUP groups, packed by rank, and the rounds run on that tile only (the kernel's
-# KEPT_ONLY). DeepSeek-V3: half the lanes a round, no select for the dropped ones; sm_90 SASS on fast keys (T =
-# 65536) 496 fast-path instructions a row against 522, bf16 480 against 502. kept_only_override forces it on or off
-# where a launch can take it, FMA keys included (tests, the benchmark's A/B: --ab-variants kept-only,all-lanes).
+# One row a program whose groups are dropped in the words (exclusion, kept groups by counting, a group the tile's
+# own width): after step 4 the kept groups' logits and bias are read again (L1 hits) and their keys recomputed in a
+# tile of TOPK_GROUP groups, packed by rank, and the rounds run on that tile only (the kernel's KEPT_ONLY).
+# DeepSeek-V3: half the lanes a round, no select for the dropped ones; sm_90 SASS on fast keys (T = 65536) 496
+# fast-path instructions a row against 522, bf16 480 against 502; H200 run 90 (BENCHMARKS.md): 43.29 against 43.88 us
+# fp32, 41.93 against 42.32 bf16, and 0.1-0.7 us slower on FMA keys, so on fast keys only by default.
+# kept_only_override forces it on or off where a launch can take it, FMA keys included (tests, the benchmark's A/B:
+# --ab-variants kept-only,all-lanes).
 KEPT_ONLY = True
 kept_only_override: bool | None = None
 # Arguments that the launch's constexprs turn off (absent tensors and their strides, unused scalars) are passed as

@@ -552,7 +552,7 @@ def _group_mask(hi, key, dead, ok2, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr
     INT32_MIN, or for zero fill at the bits of 0.0. Returns those bits, the lowest kept and the highest
     dropped group score."""
     kept, kept_min, dropped_max, _top1, _bad, _slots = _group_keep(hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP, TOPK_GROUP,
-                                                           GROUP_MAX, GROUP_BY_COUNT)
+                                                                   GROUP_MAX, GROUP_BY_COUNT)
     kept_lanes = _kept_lanes(kept, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W)
     if GROUP_ZERO:
         # Dead experts (NaN / -inf logits) keep key -inf: below every other key, zeroed ones too.
