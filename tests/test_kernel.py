@@ -892,7 +892,7 @@ def _launch_kwargs(x, config, **kw):
     class Capture:
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
-                seen.update(kwargs, grid=grid)
+                seen.update(kwargs)
             return launch
 
     kernel = kr.rk._route_kernel
@@ -1810,55 +1810,6 @@ def test_lean_parameters_route_like_every_argument(name, config, layout, record,
     assert torch.equal(got[True][0], got[False][0]) and torch.equal(got[True][1], got[False][1])
     if record:
         assert torch.equal(got[True][2], got[False][2]) and (got[True][2][1, : T - 4] >= 0).all()
-
-
-_ROW_BLOCK_CASES = _LEAN_CASES + [
-    # one row a program with groups kept in the words (fast keys: KEPT_ONLY), rows split over threads
-    ("grouped-fast-keys", RouterConfig(64, 4, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2,
-                                       routed_scaling_factor=2.5), ExpertLayout(), False),
-    ("split-rows", RouterConfig(48, 6, renormalize=True), ExpertLayout(), True),
-]
-
-
-@pytest.mark.parametrize("name,config,layout,record", _ROW_BLOCK_CASES, ids=[c[0] for c in _ROW_BLOCK_CASES])
-def test_row_blocks_route_like_one_block_a_program(name, config, layout, record, monkeypatch):
-    """A program running 2 or 3 blocks of rows in turn (ROW_BLOCKS; the last program's blocks partly or wholly
-    past T) routes bit for bit as one block a program: weights, ids, the recorder and its token count, padding
-    rows, into poisoned outputs; and the launch has cdiv(cdiv(T, block_m), ROW_BLOCKS) programs."""
-    import moegate.kernels.router as kr
-
-    if name == "grouped-fast-keys":
-        monkeypatch.setattr(kr, "approx_keys_override", True)
-    if name == "split-rows":
-        monkeypatch.setattr(kr, "split_rows_override", 4)
-    T = 37
-    logits = tie_free_logits(T, config.num_scored, seed=9)
-    width = config.top_k + layout.num_shared_columns(config.num_shared_experts)
-    got = {}
-    for blocks in (1, 2, 3):
-        monkeypatch.setattr(kr, "row_blocks_override", blocks)
-        seen = _launch_kwargs(logits.cpu(), config, **{k: v.cpu() for k, v in extras(config, T, seed=9).items()})
-        assert seen["ROW_BLOCKS"] == blocks
-        assert seen["grid"] == (triton.cdiv(triton.cdiv(T, seen["BLOCK_M"]), blocks),)
-        rec = RoutingRecorder(2, T + 3, config.top_k, config.num_experts, device=DEVICE) if record else None
-        if rec is not None:
-            rec.ids.fill_(-7)
-        out = poisoned_out(T, width)
-        r = route(logits, config, layout, backend="triton", out=out, home_rank=layout.ep_size - 1, recorder=rec,
-                  layer=1, num_valid_tokens=T - 4, **extras(config, T, seed=9))
-        got[blocks] = (r.weights.clone(), r.ids.clone()) + (() if rec is None else (rec.ids.clone(),
-                                                                                   rec.num_tokens.clone()))
-    for blocks in (2, 3):
-        for a, b in zip(got[1], got[blocks], strict=True):
-            assert torch.equal(a, b), (name, blocks)
-    assert not got[1][0].isnan().any() and (got[1][1][T - 4:] == -1).all()
-    if record:
-        assert int(got[1][3][1]) == T and (got[1][2][1, : T - 4] >= 0).all() and (got[1][2][1, T:] == -7).all()
-    monkeypatch.setattr(kr, "row_blocks_override", 2)
-    run_both(logits, config, layout, home_rank=layout.ep_size - 1, **extras(config, T, seed=9))
-    monkeypatch.setattr(kr, "row_blocks_override", 0)
-    with pytest.raises(ValueError, match="row_blocks_override"):
-        route(logits, config, layout, backend="triton", **extras(config, T, seed=9))
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int16])

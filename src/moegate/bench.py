@@ -408,10 +408,6 @@ AB_VARIANTS = {
     "kept-only": {"kept_only_override": True},  # grouped rows: the rounds on the kept groups' lanes only
     "all-lanes": {"kept_only_override": False},  # ... on every lane, the dropped ones excluded in the words
     "approx-all-lanes": {"approx_keys_override": True, "kept_only_override": False},  # fast keys, every lane
-    "blocks-1": {"row_blocks_override": 1},  # one block of rows a program
-    "blocks-2": {"row_blocks_override": 2},  # two blocks of rows a program, in turn
-    "blocks-4": {"row_blocks_override": 4},
-    "blocks-2-r64": {"row_blocks_override": 2, "maxnreg_override": 64},  # ... under a cap of 64 registers
 }
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM.
 for _n in (40, 48, 52, 56, 60, 64):

@@ -218,15 +218,6 @@ scalar_checks_override: bool | None = None
 # --ab-variants kept-only,all-lanes).
 KEPT_ONLY = True
 kept_only_override: bool | None = None
-# A program runs ROW_BLOCKS blocks of block_m rows in turn (the kernel's ROW_BLOCKS, unrolled): a launch of 65536
-# one-warp programs waits on the GPU starting them (H200 run 68: the floor in that shape 41.1 us against 20.1; Nsight
-# Compute run 94: DeepSeek-V3 fp32 at T = 65536, 27 of the 32 warps an SM resident on average, issue 70% busy).
-# ROW_BLOCKS_MIN_TOKENS: from which T one-warp programs of one row take ROW_BLOCKS_LARGE blocks each (a PDL launch
-# that lets the next grid start after the selection does so after its last block's). row_blocks_override forces a
-# count for every launch (tests, the benchmark's A/B: --ab-variants blocks-2,blocks-4).
-ROW_BLOCKS_MIN_TOKENS = 1 << 62
-ROW_BLOCKS_LARGE = 2
-row_blocks_override: int | None = None
 # Arguments that the launch's constexprs turn off (absent tensors and their strides, unused scalars) are passed as
 # None, so that Triton leaves them out of the kernel's parameters: a launch without padding, placement or capture
 # then carries 8-10 parameters (52-64 bytes) instead of 34 (200). H200 runs 61 and 64 (BENCHMARKS.md) timed it level
@@ -420,17 +411,6 @@ def _pdl_trigger(num_tokens: int, block_m: int) -> int:
     return 1 if (block_m == 1 and num_tokens <= PDL_LATE_MAX_TOKENS) else 0
 
 
-def _row_blocks(num_tokens: int, spec: _Spec) -> int:
-    """The kernel's ROW_BLOCKS: how many blocks of block_m rows one program runs in turn."""
-    if row_blocks_override is not None:
-        if row_blocks_override < 1:
-            raise ValueError(f"row_blocks_override must be >= 1, got {row_blocks_override}")
-        return row_blocks_override
-    if spec.block_m == 1 and spec.num_warps == 1 and num_tokens >= ROW_BLOCKS_MIN_TOKENS:
-        return ROW_BLOCKS_LARGE
-    return 1
-
-
 def _launch(
     logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
     weights, ids, packed, rec_ids, rec_count, spec: _Spec, params: list[float],
@@ -443,9 +423,7 @@ def _launch(
         triton.next_power_of_2(spec.N_GROUP), triton.next_power_of_2(spec.GROUP_SIZE)
     )
     rec_layer = rec_ids[spec.layer] if rec_ids is not None else None
-    pdl_trigger = _pdl_trigger(T, spec.block_m)
-    row_blocks = _row_blocks(T, spec)
-    grid = (max(1, triton.cdiv(triton.cdiv(T, spec.block_m), row_blocks)),)
+    grid = (max(1, triton.cdiv(T, spec.block_m)),)
     lane_bits = (block_g * block_gs).bit_length() - 1
     select_truncated = (spec.SCORING == 0 and not spec.SELECT_LOGITS) and bias is None  # softmax scores
     # Weights from the tile (no second gather) wherever the tile holds the scores and the epilogue is the
@@ -578,7 +556,7 @@ def _launch(
         FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None, FMA_KEYS=fma_keys,
         BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs, SCALAR_CHECKS=scalar_checks,
         KEPT_ONLY=kept_only,
-        ROW_BLOCKS=row_blocks, USE_PDL=use_pdl, PDL_TRIGGER=pdl_trigger, ACCURATE=not _interpreting(),
+        USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )
 

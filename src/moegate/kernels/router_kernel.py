@@ -1175,7 +1175,6 @@ def _route_kernel(
     WINNERS_IN_REGS: tl.constexpr,  # one row a thread, logit keys: the winners' logits from registers, not a reload
     SCALAR_CHECKS: tl.constexpr,  # one row a program: the rounds' checks on their scalars as they come (small T)
     KEPT_ONLY: tl.constexpr,  # one row a program, groups kept in the words: the rounds run on the kept groups' lanes
-    ROW_BLOCKS: tl.constexpr,  # blocks of BLOCK_M rows a program runs in turn
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
@@ -1193,543 +1192,533 @@ def _route_kernel(
         gdc_wait()
         if PDL_TRIGGER == 0:
             gdc_launch_dependents()
+    if COUNT_FALLBACKS:
+        tl.atomic_add(stats_ptr + 2, 1)
     # LOGIT_KEYS with unshifted distance words: the winners' logits come out of their words.
     WORD_LOGITS: tl.constexpr = LOGIT_KEYS and (DIST_SHIFT == 0) and (BLOCK_M == 1)
-    # One row a program on fast or FMA keys (whose exact path reads the row again): a row with a dead lane is
-    # sent to that path whole, found by the sum of its logits (NaN or +-inf once one is NaN or +-inf: FMA-pipe
-    # adds and one compare, where marking the dead lanes took a compare and a select a lane). The fast path's
-    # keys then skip `dead`; padding lanes (ok2, folded at compile time) keep their -inf key.
-    # (FMA and fast keys are sigmoid / sqrt-softplus keys of scores, never with the tile's weights.)
-    DEAD_BY_ROW: tl.constexpr = (BLOCK_M == 1) and (FMA_KEYS or APPROX_KEYS)
-    # ... and with their exact path's keys of its own, the fast path's words take the keys' raw bits, which
-    # order the keys >= +0.0 as the order-preserving ones do (a compare and a select a lane fewer). Every
-    # negative key's bits are negative, so below a base >= 0 both clamp them to the same distance 0; rows whose
-    # base would be negative (best key below 2**23 ulps: a row of keys <= ~1e-38) or whose group scores may take
-    # a negative key in the wrong order (_group_keep's raw_bad) are sent to the exact path.
-    KEEP_IN_WORDS: tl.constexpr = (BLOCK_M == 1) and (not TRUNCATE_WORDS) and (N_GROUP > 1) and (not GROUP_ZERO)
-    RAW_BITS: tl.constexpr = DEAD_BY_ROW and (not APPROX_REPAIR) and ((N_GROUP == 1) or KEEP_IN_WORDS)
-    # KEPT_ONLY's tile: TOPK_GROUP groups (a power of two of them) in rank order.
-    BLOCK_C: tl.constexpr = BLOCK_GS * (1 if TOPK_GROUP == 1 else 2 if TOPK_GROUP == 2 else 4 if TOPK_GROUP <= 4 else 8)
-    # Rounds of one row a program: one more for the margin checks' (K + 1)-th word, two with the repair.
-    ROUNDS: tl.constexpr = K + 2 if APPROX_REPAIR else (K + 1 if (DIST_SHIFT > 0 or APPROX_KEYS or LOGIT_KEYS) else K)
-    RAXIS: tl.constexpr = 0 if BLOCK_M == 1 else 1  # the epilogue's column axis
-    # A program runs ROW_BLOCKS blocks of BLOCK_M rows in turn (unrolled): a launch of many one-warp programs waits
-    # on the GPU starting them (BENCHMARKS.md runs 68 and 94), fewer programs start fewer times.
-    for blk in tl.static_range(ROW_BLOCKS):
-        if blk > 0:
-            # The blocks' shared-memory exchanges (layout conversions) reuse the same buffers. Without a barrier here
-            # the H200 routed ~0.1% of the second blocks' rows wrongly (run 95: DeepSeek-V3 fp32 on fast keys with
-            # KEPT_ONLY, ids past the end): the unrolled copies' accesses were not ordered.
-            tl.debug_barrier()
-        pid = tl.program_id(0) * ROW_BLOCKS + blk
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+    row_ok = rows < num_tokens
+    rows64 = rows.to(tl.int64)  # row offsets in int64: T * W passes 2**31 at T=8M, W=256
+    if VALID_FROM_PTR:
+        n_valid = tl.load(num_valid_ptr).to(tl.int64)  # read on the device: no host sync under graphs
+        live = row_ok & (rows64 < n_valid)  # [BM] step 11
+    elif HAS_PADDING:
+        live = row_ok & (rows64 < num_valid.to(tl.int64))
+    else:
+        live = row_ok
+    row_base = logits_ptr + rows64 * logits_row_stride  # [BM]
+
+    kc = tl.arange(0, BLOCK_KC)  # [BKC] output columns
+    routed = kc < K
+    gmask = row_ok[:, None] & routed[None, :]  # [BM, BKC]
+
+    row_max = tl.zeros([BLOCK_M], dtype=tl.float32)
+    row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
+    if ((not HASH) or (SCORING == 0)) and not THREAD_ROWS and SPLIT_ROWS == 0:
+        # The tile is [rows, lanes]; lane = group * BLOCK_GS + position in the group, so a tl.reshape to
+        # [rows, groups, BLOCK_GS] lines the groups up. Lane order is expert order (ties by lane are ties
+        # by id). Reductions along the lanes stay mostly inside a thread: a 3-D tile put the 32 threads
+        # of a warp across each group and cost ~800 shuffles a row (SASS count, DeepSeek-V3 shape).
+        lane = tl.arange(0, BLOCK_W)
+        if (GROUP_SIZE == BLOCK_GS) or (N_GROUP == 1):
+            col = lane  # contiguous: the loads vectorise
+            col_ok = lane < N_GROUP * GROUP_SIZE
+        else:
+            col = (lane // BLOCK_GS) * GROUP_SIZE + lane % BLOCK_GS
+            col_ok = ((lane // BLOCK_GS) < N_GROUP) & ((lane % BLOCK_GS) < GROUP_SIZE)
+        col2 = col[None, :]
+        ok2 = col_ok[None, :]  # [1, BW]
+        x_raw, dead = _load_tile_raw(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap, HAS_SCALE,
+                                     HAS_SOFTCAP, ACCURATE)  # [BM, BW]
+        if BIAS_EARLY:
+            # ptxas issues the bias load of sqrt-softplus rows after the scoring (to spare its registers), so a
+            # small launch waits a second L2 round trip there. A select on a condition it cannot fold
+            # (num_tokens >= 0 always) makes the scoring depend on the loaded bias: both loads go out together.
+            b_early = _load_bias(bias_ptr, col2, bias_stride, ok2)
+            x_raw = tl.where(num_tokens < 0, b_early, x_raw)
+        x = tl.where(dead, float("-inf"), x_raw)
+        if SCORING == 0:
+            row_max = tl.max(x, axis=1)  # [BM]
+            row_max = tl.where(row_max > float("-inf"), row_max, 0.0)
+            if not LOGIT_KEYS:
+                row_sum = tl.sum(_exp(x - row_max[:, None], ACCURATE), axis=1)  # [BM]
+
+    if HASH:
+        token = tl.load(token_ids_ptr + rows64 * token_ids_stride, mask=live, other=0).to(tl.int64)
+        # A token id outside the table (checked on the host only for CPU tensors: on a GPU that check would
+        # synchronise) makes its row padding, as in the reference: never an out-of-bounds read.
+        token_ok = (token >= 0) & (token < hash_vocab)
+        live = live & token_ok
+        token = tl.where(token_ok, token, 0)
+        ids_k = tl.load(
+            hash_table_ptr + token[:, None] * hash_row_stride + kc[None, :].to(tl.int64) * hash_col_stride,
+            mask=gmask,
+            other=0,
+        ).to(tl.int32)  # [BM, BKC]
+    elif THREAD_ROWS:
+        ids_k, thread_x, row_max, row_sum, thread_w, redo = _thread_rows(
+            row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc, N_GROUP * GROUP_SIZE,
+            K, BLOCK_M, BLOCK_KC, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, LOGIT_KEYS, FORCE_EXACT,
+            WINNERS_IN_REGS, ACCURATE)
         if COUNT_FALLBACKS:
-            tl.atomic_add(stats_ptr + 2, 1)
-        rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
-        row_ok = rows < num_tokens
-        rows64 = rows.to(tl.int64)  # row offsets in int64: T * W passes 2**31 at T=8M, W=256
-        if VALID_FROM_PTR:
-            n_valid = tl.load(num_valid_ptr).to(tl.int64)  # read on the device: no host sync under graphs
-            live = row_ok & (rows64 < n_valid)  # [BM] step 11
-        elif HAS_PADDING:
-            live = row_ok & (rows64 < num_valid.to(tl.int64))
+            tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
+    elif SPLIT_ROWS > 0:
+        ids_k, thread_x, row_max, row_sum, redo = _split_rows(
+            row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc, N_GROUP * GROUP_SIZE,
+            K, SPLIT_ROWS, BLOCK_M, BLOCK_KC, BLOCK_W, LANE_BITS, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP,
+            HAS_BIAS, LOGIT_KEYS, FORCE_EXACT, PAIR_EXACT, ACCURATE)
+        if COUNT_FALLBACKS:
+            tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
+    else:
+        bias_mag = 0.0
+        if BIAS_EARLY:
+            b = b_early
+        elif HAS_BIAS:
+            b = _load_bias(bias_ptr, col2, bias_stride, ok2)
         else:
-            live = row_ok
-        row_base = logits_ptr + rows64 * logits_row_stride  # [BM]
-
-        kc = tl.arange(0, BLOCK_KC)  # [BKC] output columns
-        routed = kc < K
-        gmask = row_ok[:, None] & routed[None, :]  # [BM, BKC]
-
-        row_max = tl.zeros([BLOCK_M], dtype=tl.float32)
-        row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
-        if ((not HASH) or (SCORING == 0)) and not THREAD_ROWS and SPLIT_ROWS == 0:
-            # The tile is [rows, lanes]; lane = group * BLOCK_GS + position in the group, so a tl.reshape to
-            # [rows, groups, BLOCK_GS] lines the groups up. Lane order is expert order (ties by lane are ties
-            # by id). Reductions along the lanes stay mostly inside a thread: a 3-D tile put the 32 threads
-            # of a warp across each group and cost ~800 shuffles a row (SASS count, DeepSeek-V3 shape).
-            lane = tl.arange(0, BLOCK_W)
-            if (GROUP_SIZE == BLOCK_GS) or (N_GROUP == 1):
-                col = lane  # contiguous: the loads vectorise
-                col_ok = lane < N_GROUP * GROUP_SIZE
-            else:
-                col = (lane // BLOCK_GS) * GROUP_SIZE + lane % BLOCK_GS
-                col_ok = ((lane // BLOCK_GS) < N_GROUP) & ((lane % BLOCK_GS) < GROUP_SIZE)
-            col2 = col[None, :]
-            ok2 = col_ok[None, :]  # [1, BW]
-            x_raw, dead = _load_tile_raw(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
-                                         HAS_SCALE, HAS_SOFTCAP, ACCURATE)  # [BM, BW]
-            if BIAS_EARLY:
-                # ptxas issues the bias load of sqrt-softplus rows after the scoring (to spare its registers), so a
-                # small launch waits a second L2 round trip there. A select on a condition it cannot fold
-                # (num_tokens >= 0 always) makes the scoring depend on the loaded bias: both loads go out together.
-                b_early = _load_bias(bias_ptr, col2, bias_stride, ok2)
-                x_raw = tl.where(num_tokens < 0, b_early, x_raw)
-            x = tl.where(dead, float("-inf"), x_raw)
-            if SCORING == 0:
-                row_max = tl.max(x, axis=1)  # [BM]
-                row_max = tl.where(row_max > float("-inf"), row_max, 0.0)
-                if not LOGIT_KEYS:
-                    row_sum = tl.sum(_exp(x - row_max[:, None], ACCURATE), axis=1)  # [BM]
-
-        if HASH:
-            token = tl.load(token_ids_ptr + rows64 * token_ids_stride, mask=live, other=0).to(tl.int64)
-            # A token id outside the table (checked on the host only for CPU tensors: on a GPU that check would
-            # synchronise) makes its row padding, as in the reference: never an out-of-bounds read.
-            token_ok = (token >= 0) & (token < hash_vocab)
-            live = live & token_ok
-            token = tl.where(token_ok, token, 0)
-            ids_k = tl.load(
-                hash_table_ptr + token[:, None] * hash_row_stride + kc[None, :].to(tl.int64) * hash_col_stride,
-                mask=gmask,
-                other=0,
-            ).to(tl.int32)  # [BM, BKC]
-        elif THREAD_ROWS:
-            ids_k, thread_x, row_max, row_sum, thread_w, redo = _thread_rows(
-                row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc,
-                N_GROUP * GROUP_SIZE, K, BLOCK_M, BLOCK_KC, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS,
-                LOGIT_KEYS, FORCE_EXACT, WINNERS_IN_REGS, ACCURATE)
-            if COUNT_FALLBACKS:
-                tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
-        elif SPLIT_ROWS > 0:
-            ids_k, thread_x, row_max, row_sum, redo = _split_rows(
-                row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc,
-                N_GROUP * GROUP_SIZE, K, SPLIT_ROWS, BLOCK_M, BLOCK_KC, BLOCK_W, LANE_BITS, SCORING, SELECT_LOGITS,
-                HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, LOGIT_KEYS, FORCE_EXACT, PAIR_EXACT, ACCURATE)
-            if COUNT_FALLBACKS:
-                tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
-        else:
-            bias_mag = 0.0
-            if BIAS_EARLY:
-                b = b_early
-            elif HAS_BIAS:
-                b = _load_bias(bias_ptr, col2, bias_stride, ok2)
-            else:
-                b = 0.0
-            if HAS_BIAS:
-                if APPROX_KEYS and (SCORING == 2):
-                    bias_mag = tl.max(tl.max(tl.abs(b), axis=1), axis=0)  # bounds a score by its key
-            if TILE_WEIGHTS and HAS_EXPERT_SCALE:
-                scale_lane = tl.load(expert_scale_ptr + col2.to(tl.int64) * expert_scale_stride, mask=ok2,
-                                     other=1.0).to(tl.float32)
-            # Keys, then step 4 on their order-preserving bits. APPROX_KEYS: sigmoid keys from ex2.approx and an
-            # approximate division (within KEY_ERR of the exact ones), sqrt-softplus keys from ex2, lg2 and sqrt
-            # approx (within SSP_KEY_ERR); the selection checks its margins and rows it cannot decide redo
-            # steps 2-5 with the exact scores below.
-            # LOGIT_KEYS: softmax is monotone in the logit, so the logits order the scores; ties stay ties (equal
-            # logits, equal scores) and near-ties, where rounding could make two scores equal, are checked below.
-            # The keys and the FMA band from the unmasked logits: dead lanes' keys are set to -inf from `dead`, and the
-            # band skips NaN and -inf (its unsigned window holds the finite logits below its bound only). The tile's
-            # weights take the scores (s_lane), which must be 0 on dead lanes: those keep the masked logits.
-            x_key = x if TILE_WEIGHTS else x_raw
-            dead_keys = dead
-            # The row flags' defaults where their paths are off (_row_flags reads only those that are on).
-            row_dead = tl.zeros([BLOCK_M], dtype=tl.int1)
-            fma_band = row_dead
-            raw_bad = row_dead
-            kept_min = tl.zeros([BLOCK_M], dtype=tl.float32)
-            dropped_max = kept_min
-            if DEAD_BY_ROW:
-                dead_keys = ok2 == 0
-                x_sum = tl.sum(tl.where(ok2, x_raw, 0.0), axis=1)  # [BM]
-                row_dead = (x_sum - x_sum) != 0.0  # NaN, not 0, where the sum is not finite
-            key, s_lane, hi = _key_bits(x_key, dead_keys, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
-                                        SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_KEYS,
-                                        RAW_BITS)
-            if FMA_KEYS:
-                fma_band = _fma_band(x_raw, SCORING, 1)  # [BM]: those rows redo their keys with div_rn / sqrt_rn
-            inv = (-lane) + (BLOCK_W - 1)  # [BW] larger for lower lanes: ties go to the lower id
-            # One row a program, groups dropped by exclusion: the dropped lanes leave the fast words through the
-            # words' own select (the kept lanes), and the row's best kept key is the best of the kept groups' tops,
-            # where masking the bits first cost a select a lane and a reduction (SASS: 16 ALU instructions a
-            # DeepSeek-V3 row). `hi` keeps the dropped lanes' bits then; the exact paths build their own.
-            allowed = ok2  # [1, BW] lanes that may win on the fast path
-            inv_w = inv[None, :]  # the fast words' inverted lanes
-            if KEEP_IN_WORDS:
-                tl.static_assert(not KEPT_ONLY or (DEAD_BY_ROW and GROUP_BY_COUNT and GROUP_SIZE == BLOCK_GS
-                                                   and BLOCK_G <= 16 and TOPK_GROUP <= 8))
-                kept, kept_min, dropped_max, top1, raw_bad, slots = _group_keep(
-                    hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP, TOPK_GROUP, GROUP_MAX, GROUP_BY_COUNT, RAW_BITS, KEPT_ONLY)
-                if KEPT_ONLY:
-                    # The rounds on the kept groups' lanes only (TOPK_GROUP of N_GROUP: half the lanes for DeepSeek-V3),
-                    # packed by the groups' rank: their logits and bias read again (L1 hits) and their keys computed
-                    # again, the same instructions on the same inputs, so the same bits. Each round then takes half the
-                    # adds and maxes a thread, and the dropped lanes need no select. The words keep the expert's own
-                    # lane, so ties and ids are as before; the exact path reads the whole row again itself.
-                    c = tl.arange(0, BLOCK_C)
-                    slot = c // BLOCK_GS
-                    lane_c = ((tl.sum(slots, axis=0) >> (4 * slot)) & 15) * BLOCK_GS + c % BLOCK_GS  # [BC]
-                    if BLOCK_C == TOPK_GROUP * BLOCK_GS:
-                        ok_c = tl.full([1, BLOCK_C], 1, tl.int1)  # [1, BC] (folded: no mask)
-                    else:
-                        ok_c = (slot < TOPK_GROUP)[None, :]
-                    x_c, _dead_c = _load_tile_raw(row_base, lane_c[None, :], logits_col_stride, row_ok, ok_c,
-                                                  logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
-                    b_c = _load_bias(bias_ptr, lane_c[None, :], bias_stride, ok_c) if HAS_BIAS else 0.0
-                    _key_c, _s_c, hi = _key_bits(x_c, ok_c == 0, ok_c, row_max[:, None], row_sum[:, None], b_c, SCORING,
-                                                 False, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_KEYS, RAW_BITS)
-                    allowed = ok_c
-                    inv_w = ((BLOCK_W - 1) - lane_c)[None, :]
-                    hi_max = tl.max(tl.max(hi, axis=1), axis=0)
+            b = 0.0
+        if HAS_BIAS:
+            if APPROX_KEYS and (SCORING == 2):
+                bias_mag = tl.max(tl.max(tl.abs(b), axis=1), axis=0)  # bounds a score by its key
+        if TILE_WEIGHTS and HAS_EXPERT_SCALE:
+            scale_lane = tl.load(expert_scale_ptr + col2.to(tl.int64) * expert_scale_stride, mask=ok2,
+                                 other=1.0).to(tl.float32)
+        # Keys, then step 4 on their order-preserving bits. APPROX_KEYS: sigmoid keys from ex2.approx and an
+        # approximate division (within KEY_ERR of the exact ones), sqrt-softplus keys from ex2, lg2 and sqrt
+        # approx (within SSP_KEY_ERR); the selection checks its margins and rows it cannot decide redo
+        # steps 2-5 with the exact scores below.
+        # LOGIT_KEYS: softmax is monotone in the logit, so the logits order the scores; ties stay ties (equal
+        # logits, equal scores) and near-ties, where rounding could make two scores equal, are checked below.
+        # The keys and the FMA band from the unmasked logits: dead lanes' keys are set to -inf from `dead`, and the
+        # band skips NaN and -inf (its unsigned window holds the finite logits below its bound only). The tile's
+        # weights take the scores (s_lane), which must be 0 on dead lanes: those keep the masked logits.
+        x_key = x if TILE_WEIGHTS else x_raw
+        # One row a program on fast or FMA keys (whose exact path reads the row again): a row with a dead lane is
+        # sent to that path whole, found by the sum of its logits (NaN or +-inf once one is NaN or +-inf: FMA-pipe
+        # adds and one compare, where marking the dead lanes took a compare and a select a lane). The fast path's
+        # keys then skip `dead`; padding lanes (ok2, folded at compile time) keep their -inf key.
+        # (FMA and fast keys are sigmoid / sqrt-softplus keys of scores, never with the tile's weights.)
+        DEAD_BY_ROW: tl.constexpr = (BLOCK_M == 1) and (FMA_KEYS or APPROX_KEYS)
+        # ... and with their exact path's keys of its own, the fast path's words take the keys' raw bits, which order
+        # the keys >= +0.0 as the order-preserving ones do (a compare and a select a lane fewer). Every negative key's
+        # bits are negative, so below a base >= 0 both clamp them to the same distance 0; rows whose base would be
+        # negative (best key below 2**23 ulps: a row of keys <= ~1e-38) or whose group scores may take a negative key
+        # in the wrong order (_group_keep's raw_bad) are sent to the exact path.
+        KEEP_IN_WORDS: tl.constexpr = (BLOCK_M == 1) and (not TRUNCATE_WORDS) and (N_GROUP > 1) and (not GROUP_ZERO)
+        RAW_BITS: tl.constexpr = DEAD_BY_ROW and (not APPROX_REPAIR) and ((N_GROUP == 1) or KEEP_IN_WORDS)
+        dead_keys = dead
+        # The row flags' defaults where their paths are off (_row_flags reads only those that are on).
+        row_dead = tl.zeros([BLOCK_M], dtype=tl.int1)
+        fma_band = row_dead
+        raw_bad = row_dead
+        kept_min = tl.zeros([BLOCK_M], dtype=tl.float32)
+        dropped_max = kept_min
+        if DEAD_BY_ROW:
+            dead_keys = ok2 == 0
+            x_sum = tl.sum(tl.where(ok2, x_raw, 0.0), axis=1)  # [BM]
+            row_dead = (x_sum - x_sum) != 0.0  # NaN, not 0, where the sum is not finite
+        key, s_lane, hi = _key_bits(x_key, dead_keys, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
+                                    SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_KEYS, RAW_BITS)
+        if FMA_KEYS:
+            fma_band = _fma_band(x_raw, SCORING, 1)  # [BM]: those rows redo their keys with div_rn / sqrt_rn
+        inv = (-lane) + (BLOCK_W - 1)  # [BW] larger for lower lanes: ties go to the lower id
+        # One row a program, groups dropped by exclusion: the dropped lanes leave the fast words through the
+        # words' own select (the kept lanes), and the row's best kept key is the best of the kept groups' tops,
+        # where masking the bits first cost a select a lane and a reduction (SASS: 16 ALU instructions a
+        # DeepSeek-V3 row). `hi` keeps the dropped lanes' bits then; the exact paths build their own.
+        allowed = ok2  # [1, BW] lanes that may win on the fast path
+        inv_w = inv[None, :]  # the fast words' inverted lanes
+        if KEEP_IN_WORDS:
+            tl.static_assert(not KEPT_ONLY or (DEAD_BY_ROW and GROUP_BY_COUNT and GROUP_SIZE == BLOCK_GS
+                                               and BLOCK_G <= 16 and TOPK_GROUP <= 8))
+            kept, kept_min, dropped_max, top1, raw_bad, slots = _group_keep(
+                hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP, TOPK_GROUP, GROUP_MAX, GROUP_BY_COUNT, RAW_BITS, KEPT_ONLY)
+            if KEPT_ONLY:
+                # The rounds on the kept groups' lanes only (TOPK_GROUP of N_GROUP: half the lanes for DeepSeek-V3),
+                # packed by the groups' rank: their logits and bias read again (L1 hits) and their keys computed
+                # again, the same instructions on the same inputs, so the same bits. Each round then takes half the
+                # adds and maxes a thread, and the dropped lanes need no select. The words keep the expert's own
+                # lane, so ties and ids are as before; the exact path reads the whole row again itself.
+                BLOCK_C: tl.constexpr = BLOCK_GS * (1 if TOPK_GROUP == 1 else 2 if TOPK_GROUP == 2 else
+                                                    4 if TOPK_GROUP <= 4 else 8)
+                c = tl.arange(0, BLOCK_C)
+                slot = c // BLOCK_GS
+                lane_c = ((tl.sum(slots, axis=0) >> (4 * slot)) & 15) * BLOCK_GS + c % BLOCK_GS  # [BC]
+                if BLOCK_C == TOPK_GROUP * BLOCK_GS:
+                    ok_c = tl.full([1, BLOCK_C], 1, tl.int1)  # [1, BC] (folded: no mask)
                 else:
-                    allowed = ok2 & _kept_lanes(kept, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W)
-                    hi_max = tl.max(tl.max(tl.where(kept, top1, INT32_MIN), axis=1), axis=0)
-            elif N_GROUP > 1:
-                hi, kept_min, dropped_max = _group_mask(
-                    hi, key, dead_keys, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
-                    GROUP_ZERO, GROUP_BY_COUNT)
-                allowed = ok2 & (hi > INT32_MIN)
+                    ok_c = (slot < TOPK_GROUP)[None, :]
+                x_c, _dead_c = _load_tile_raw(row_base, lane_c[None, :], logits_col_stride, row_ok, ok_c,
+                                              logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+                b_c = _load_bias(bias_ptr, lane_c[None, :], bias_stride, ok_c) if HAS_BIAS else 0.0
+                _key_c, _s_c, hi = _key_bits(x_c, ok_c == 0, ok_c, row_max[:, None], row_sum[:, None], b_c, SCORING,
+                                             False, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_KEYS, RAW_BITS)
+                allowed = ok_c
+                inv_w = ((BLOCK_W - 1) - lane_c)[None, :]
+                hi_max = tl.max(tl.max(hi, axis=1), axis=0)
+            else:
+                allowed = ok2 & _kept_lanes(kept, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W)
+                hi_max = tl.max(tl.max(tl.where(kept, top1, INT32_MIN), axis=1), axis=0)
+        elif N_GROUP > 1:
+            hi, kept_min, dropped_max = _group_mask(
+                hi, key, dead_keys, ok2, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
+                GROUP_ZERO, GROUP_BY_COUNT)
+            allowed = ok2 & (hi > INT32_MIN)
 
-            # Step 5, fast path: 32-bit words, one 32-bit max per round (the exact 64-bit word costs ~2x the
-            # instructions per round: SASS count). The low log2(BLOCK_W) bits hold the inverted lane (ties to
-            # the lower id); the high bits hold the key, squeezed one of two ways. Rows where the squeeze
-            # could misorder take the exact 64-bit path below.
-            if BLOCK_M == 1 and not TRUNCATE_WORDS:
-                # One row a program: each round's best is a scalar, the words of the K (+ 1) rounds land in a
-                # flat vector (one a thread), and the checks run on that vector once, after the rounds.
+        # Step 5, fast path: 32-bit words, one 32-bit max per round (the exact 64-bit word costs ~2x the
+        # instructions per round: SASS count). The low log2(BLOCK_W) bits hold the inverted lane (ties to
+        # the lower id); the high bits hold the key, squeezed one of two ways. Rows where the squeeze
+        # could misorder take the exact 64-bit path below.
+        if BLOCK_M == 1 and not TRUNCATE_WORDS:
+            # One row a program: each round's best is a scalar, the words of the K (+ 1) rounds land in a
+            # flat vector (one a thread), and the checks run on that vector once, after the rounds.
+            span = ((2147483648 // BLOCK_W) << DIST_SHIFT) - 1
+            if not KEEP_IN_WORDS:
+                hi_max = tl.max(tl.max(hi, axis=1), axis=0)
+            base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)
+            dist = tl.maximum(hi, base) - base
+            if DIST_SHIFT > 0:
+                dist = dist >> DIST_SHIFT
+            # Allowed lanes hold (distance, inverted lane) words in [0, 2**31); excluded and padding lanes
+            # INT32_MIN (a row that needs them, with fewer than K allowed lanes, takes the exact path).
+            fast = tl.where(allowed, (dist << LANE_BITS) | inv_w, INT32_MIN)  # [1, BW] (KEPT_ONLY: [1, BC])
+            f_col = tl.arange(0, BLOCK_KC)
+            m_row = tl.sum(row_max, axis=0)
+            best = tl.max(tl.max(fast, axis=1), axis=0)
+            if SCALAR_CHECKS:
+                # The row's flags go into its first word (a negative first word is ambiguous): they are then
+                # reduced while the words are built, not after the rounds.
+                row_flags = _row_flags(hi_max != hi_max, hi_max, span, fma_band, row_dead, raw_bad, kept_min,
+                                       dropped_max, bias_mag, SCORING, N_GROUP, FMA_KEYS, DEAD_BY_ROW, RAW_BITS,
+                                       KEEP_IN_WORDS, APPROX_KEYS)
+                best = tl.where(row_flags, INT32_MIN, best)
+            wk = tl.where(f_col == 0, best, INT32_MIN)  # round i's word at i
+            ROUNDS: tl.constexpr = K + 2 if APPROX_REPAIR else (K + 1 if (DIST_SHIFT > 0 or APPROX_KEYS or LOGIT_KEYS)
+                                                                 else K)
+            amb_s = hi_max != hi_max  # False; column 0 is checked with round 1 (or after the loop)
+            prev = best
+            for i in tl.static_range(1, ROUNDS):
+                # The next word down without marking the winners: word - best, as unsigned, is above 2**31
+                # for the allowed words under best (larger for larger words), and at most 2**31 for best
+                # itself, the words above it and INT32_MIN lanes. One add and one max a lane, where marking
+                # took a compare, a select and a max. (The complement of best - 1 - word's unsigned min, which
+                # took a further add a round: SASS.) Out of allowed words, the next is INT32_MIN where the row
+                # has such lanes, else the top word again: both fail the checks below.
+                step = tl.max(tl.max((fast - best).to(tl.uint32, bitcast=True), axis=1), axis=0)
+                best = best + step.to(tl.int32, bitcast=True)
+                wk = tl.where(f_col == i, best, wk)
+                if SCALAR_CHECKS:
+                    # Column i - 1 against its next word, as soon as that is known (the rounds' scalars).
+                    amb_s = amb_s | _column_checks(prev, best, i - 1, base, bias_mag, m_row, K, LANE_BITS,
+                                                   DIST_SHIFT, SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS)
+                    prev = best
+            if SCALAR_CHECKS and ROUNDS == K:
+                amb_s = amb_s | _column_checks(prev, INT32_MIN, K - 1, base, bias_mag, m_row, K, LANE_BITS, DIST_SHIFT,
+                                               SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS)
+            # Round i + 1's word at i: wk one column on (a shuffle; the launcher gives one row a program a column
+            # for each round), INT32_MIN past the rounds.
+            tl.static_assert(ROUNDS <= BLOCK_KC, "one row a program keeps every round's word in wk")
+            wn = tl.gather(wk, tl.minimum(f_col + 1, BLOCK_KC - 1), 0)
+            wn = tl.where(f_col + 1 < ROUNDS, wn, INT32_MIN)
+            cur = f_col < K
+            amb = cur & _column_checks(wk, wn, f_col, base, bias_mag, m_row, K, LANE_BITS, DIST_SHIFT, SCORING,
+                                       APPROX_KEYS, LOGIT_KEYS, RAW_BITS, not APPROX_REPAIR)
+            close_any = f_col < 0  # close winners for _approx_repair (none without it)
+            if APPROX_REPAIR:
+                tl.static_assert((N_GROUP == 1) and (BLOCK_KC >= K + 2), "the repair takes K + 2 words, no groups")
+                # Close winners (under the keys' margin) are reordered on exact keys (_approx_repair), which needs
+                # K + 2 words in strictly decreasing order; otherwise, as without the repair, the whole row is redone.
+                d = wk >> LANE_BITS
+                has_next = (wn >= 0) & (wn < wk)
+                k_lo = _word_key(base + (d << DIST_SHIFT), RAW_BITS)
+                k_next = _word_key(base + ((wn >> LANE_BITS) << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1), RAW_BITS)
+                close = cur & has_next & (_separated(k_lo, k_next, 1, SCORING, bias_mag) == 0)
+                c2 = f_col < K + 2
+                c_bad = c2 & ((wk < 0) | ((f_col < K + 1) & ((wn < 0) | (wn >= wk))))
+                close_any = close
+                amb = amb | (close & (tl.max(c_bad.to(tl.int32), axis=0) > 0))
+            if SCALAR_CHECKS:
+                ambiguous = amb_s
+            else:  # (the row's flags after the rounds here: reduced before them, they took a register more)
+                ambiguous = _row_flags(tl.max(amb.to(tl.int32), axis=0) > 0, hi_max, span, fma_band, row_dead,
+                                       raw_bad, kept_min, dropped_max, bias_mag, SCORING, N_GROUP, FMA_KEYS,
+                                       DEAD_BY_ROW, RAW_BITS, KEEP_IN_WORDS, APPROX_KEYS)
+            e_ids = tl.where(cur, (BLOCK_W - 1) - (wk & (BLOCK_W - 1)), 0)  # lanes
+            if APPROX_REPAIR:
+                repair = (tl.max(close_any.to(tl.int32), axis=0) > 0) & (ambiguous == 0)
+                if COUNT_FALLBACKS:
+                    tl.atomic_add(stats_ptr + 1, repair.to(tl.int32))
+                if repair:
+                    r_ids, r_ok = _approx_repair(
+                        wk, d, f_col, base, bias_mag, logits_ptr + tl.sum(rows64, axis=0) * logits_row_stride,
+                        logits_col_stride, tl.sum(row_ok.to(tl.int32), axis=0) > 0, bias_ptr, bias_stride,
+                        logit_scale, softcap, K, BLOCK_W, DIST_SHIFT, SCORING, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS,
+                        ACCURATE)
+                    e_ids = tl.where(r_ok, r_ids, e_ids)
+                    ambiguous = ambiguous | (r_ok == 0)
+            if FORCE_EXACT:
+                ambiguous = ambiguous | (hi_max == hi_max)
+            if COUNT_FALLBACKS:
+                tl.atomic_add(stats_ptr, ambiguous.to(tl.int32))
+            if WORD_LOGITS:
+                # A winner's word holds its logit's bits exactly (distance below the best, no shift) unless
+                # the distance was clamped, and then the row is ambiguous: no second, dependent read.
+                e_x = tl.where(cur, _key_of32(base + (wk >> LANE_BITS)), float("-inf"))
+            if ambiguous:
+                hi_x = hi
+                if KEEP_IN_WORDS:  # the exact keys of the fast path (no fast or FMA keys): drop the groups here
+                    hi_x = tl.where(allowed, hi, INT32_MIN)
+                if LOGIT_KEYS:  # the exact scores
+                    row_sum = tl.sum(_exp(x - row_max[:, None], ACCURATE), axis=1)
+                    key_x, _s, hi_x = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
+                                                False, HAS_BIAS, False, ACCURATE)
+                if FMA_KEYS or APPROX_KEYS:
+                    # Read the row again (L1 / L2 hits): the fast path then keeps no logits live (registers).
+                    x, dead, b = _reload_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
+                                              bias_ptr, bias_stride, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, ACCURATE)
+                if APPROX_KEYS or FMA_KEYS:
+                    hi_x = _exact_hi(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING, SELECT_LOGITS,
+                                     HAS_BIAS, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
+                                     GROUP_ZERO, GROUP_BY_COUNT, ACCURATE)
+                ids_x, _r = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
+                e_ids = tl.reshape(ids_x, [BLOCK_KC])
+                if DEAD_BY_ROW:
+                    # Into the fast path's layout (f_col's): otherwise the branch's result takes the reshape's
+                    # layout and the compiler keeps a second copy of the fast path's round words in it (SASS:
+                    # 19-37 ALU instructions a row). Not elsewhere: 512 lanes top-22 on div_rn keys took 80
+                    # registers with it against 70.
+                    e_ids = tl.gather(e_ids, f_col, 0)
+                if WORD_LOGITS:  # the exact path's winners: read their logits (N_GROUP == 1: lane = id)
+                    e_x = _gather_logits(logits_ptr + tl.sum(rows64, axis=0) * logits_row_stride, e_ids,
+                                         logits_col_stride, cur & (tl.sum(row_ok.to(tl.int32), axis=0) > 0),
+                                         logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
+            if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
+                e_ids = (e_ids // BLOCK_GS) * GROUP_SIZE + e_ids % BLOCK_GS  # lane -> expert id
+        else:
+            ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
+            if TRUNCATE_WORDS:
+                # Softmax probabilities span many binades but sit far apart relative to their size: drop the
+                # key's low bits. Run K + 1 rounds; two adjacent winners with equal high bits are ambiguous.
+                fast = tl.where(ok2, (tl.maximum(hi, TRUNC_FLOOR) & (-BLOCK_W)) | inv[None, :], INT32_MIN)
+                ambiguous = tl.zeros([BLOCK_M], dtype=tl.int1)
+                prev = tl.zeros([BLOCK_M], dtype=tl.int32)
+                for i in tl.static_range(K + 1):
+                    best = tl.max(fast, axis=1)  # [BM]
+                    if i > 0:
+                        ambiguous = ambiguous | ((best & (-BLOCK_W)) == (prev & (-BLOCK_W)))
+                    if i < K:
+                        ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None],
+                                         ids_k)
+                        fast = tl.where(fast == best[:, None], MARK + i, fast)
+                    prev = best
+            else:
+                # Sigmoid-like keys (+ bias) crowd near the top: keep every bit of the distance below the
+                # row's best key (difference of order-preserving bits, in ulps), exact up to
+                # 2**31 / BLOCK_W - 1 ulps (a binade for 256 lanes), clamped to 0 beyond. A K-th winner on
+                # the clamp is ambiguous. Wide tiles (DIST_SHIFT > 0) drop the distance's low DIST_SHIFT
+                # bits so that the word still spans 2**23 ulps (sigmoid + bias keys of 512-1024 experts
+                # span more than 2**21 ulps: with the full distance most such rows fell back); then two
+                # adjacent winners among K + 1 rounds with equal distance bits (near-ties, the clamp, -inf)
+                # mark the row ambiguous.
                 span = ((2147483648 // BLOCK_W) << DIST_SHIFT) - 1
-                if not KEEP_IN_WORDS:
-                    hi_max = tl.max(tl.max(hi, axis=1), axis=0)
-                base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)
-                dist = tl.maximum(hi, base) - base
+                hi_max = tl.max(hi, axis=1)  # [BM]
+                base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)  # [BM]
+                dist = tl.maximum(hi, base[:, None]) - base[:, None]
                 if DIST_SHIFT > 0:
                     dist = dist >> DIST_SHIFT
-                # Allowed lanes hold (distance, inverted lane) words in [0, 2**31); excluded and padding lanes
-                # INT32_MIN (a row that needs them, with fewer than K allowed lanes, takes the exact path).
-                fast = tl.where(allowed, (dist << LANE_BITS) | inv_w, INT32_MIN)  # [1, BW] (KEPT_ONLY: [1, BC])
-                f_col = tl.arange(0, BLOCK_KC)
-                m_row = tl.sum(row_max, axis=0)
-                best = tl.max(tl.max(fast, axis=1), axis=0)
-                if SCALAR_CHECKS:
-                    # The row's flags go into its first word (a negative first word is ambiguous): they are then
-                    # reduced while the words are built, not after the rounds.
-                    row_flags = _row_flags(hi_max != hi_max, hi_max, span, fma_band, row_dead, raw_bad, kept_min,
-                                           dropped_max, bias_mag, SCORING, N_GROUP, FMA_KEYS, DEAD_BY_ROW, RAW_BITS,
-                                           KEEP_IN_WORDS, APPROX_KEYS)
-                    best = tl.where(row_flags, INT32_MIN, best)
-                wk = tl.where(f_col == 0, best, INT32_MIN)  # round i's word at i
-                amb_s = hi_max != hi_max  # False; column 0 is checked with round 1 (or after the loop)
-                prev = best
-                for i in tl.static_range(1, ROUNDS):
-                    # The next word down without marking the winners: word - best, as unsigned, is above 2**31
-                    # for the allowed words under best (larger for larger words), and at most 2**31 for best
-                    # itself, the words above it and INT32_MIN lanes. One add and one max a lane, where marking
-                    # took a compare, a select and a max. (The complement of best - 1 - word's unsigned min, which
-                    # took a further add a round: SASS.) Out of allowed words, the next is INT32_MIN where the row
-                    # has such lanes, else the top word again: both fail the checks below.
-                    step = tl.max(tl.max((fast - best).to(tl.uint32, bitcast=True), axis=1), axis=0)
-                    best = best + step.to(tl.int32, bitcast=True)
-                    wk = tl.where(f_col == i, best, wk)
-                    if SCALAR_CHECKS:
-                        # Column i - 1 against its next word, as soon as that is known (the rounds' scalars).
-                        amb_s = amb_s | _column_checks(prev, best, i - 1, base, bias_mag, m_row, K, LANE_BITS,
-                                                       DIST_SHIFT, SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS)
-                        prev = best
-                if SCALAR_CHECKS and ROUNDS == K:
-                    amb_s = amb_s | _column_checks(prev, INT32_MIN, K - 1, base, bias_mag, m_row, K, LANE_BITS,
-                                                   DIST_SHIFT, SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS)
-                # Round i + 1's word at i: wk one column on (a shuffle; the launcher gives one row a program a column
-                # for each round), INT32_MIN past the rounds.
-                tl.static_assert(ROUNDS <= BLOCK_KC, "one row a program keeps every round's word in wk")
-                wn = tl.gather(wk, tl.minimum(f_col + 1, BLOCK_KC - 1), 0)
-                wn = tl.where(f_col + 1 < ROUNDS, wn, INT32_MIN)
-                cur = f_col < K
-                amb = cur & _column_checks(wk, wn, f_col, base, bias_mag, m_row, K, LANE_BITS, DIST_SHIFT, SCORING,
-                                           APPROX_KEYS, LOGIT_KEYS, RAW_BITS, not APPROX_REPAIR)
-                close_any = f_col < 0  # close winners for _approx_repair (none without it)
-                if APPROX_REPAIR:
-                    tl.static_assert((N_GROUP == 1) and (BLOCK_KC >= K + 2), "the repair takes K + 2 words, no groups")
-                    # Close winners (under the keys' margin) are reordered on exact keys (_approx_repair), which needs
-                    # K + 2 words in strictly decreasing order; otherwise, as without the repair, the whole row is
-                    # redone.
-                    d = wk >> LANE_BITS
-                    has_next = (wn >= 0) & (wn < wk)
-                    k_lo = _word_key(base + (d << DIST_SHIFT), RAW_BITS)
-                    k_next = _word_key(base + ((wn >> LANE_BITS) << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1), RAW_BITS)
-                    close = cur & has_next & (_separated(k_lo, k_next, 1, SCORING, bias_mag) == 0)
-                    c2 = f_col < K + 2
-                    c_bad = c2 & ((wk < 0) | ((f_col < K + 1) & ((wn < 0) | (wn >= wk))))
-                    close_any = close
-                    amb = amb | (close & (tl.max(c_bad.to(tl.int32), axis=0) > 0))
-                if SCALAR_CHECKS:
-                    ambiguous = amb_s
-                else:  # (the row's flags after the rounds here: reduced before them, they took a register more)
-                    ambiguous = _row_flags(tl.max(amb.to(tl.int32), axis=0) > 0, hi_max, span, fma_band, row_dead,
-                                           raw_bad, kept_min, dropped_max, bias_mag, SCORING, N_GROUP, FMA_KEYS,
-                                           DEAD_BY_ROW, RAW_BITS, KEEP_IN_WORDS, APPROX_KEYS)
-                e_ids = tl.where(cur, (BLOCK_W - 1) - (wk & (BLOCK_W - 1)), 0)  # lanes
-                if APPROX_REPAIR:
-                    repair = (tl.max(close_any.to(tl.int32), axis=0) > 0) & (ambiguous == 0)
-                    if COUNT_FALLBACKS:
-                        tl.atomic_add(stats_ptr + 1, repair.to(tl.int32))
-                    if repair:
-                        r_ids, r_ok = _approx_repair(
-                            wk, d, f_col, base, bias_mag, logits_ptr + tl.sum(rows64, axis=0) * logits_row_stride,
-                            logits_col_stride, tl.sum(row_ok.to(tl.int32), axis=0) > 0, bias_ptr, bias_stride,
-                            logit_scale, softcap, K, BLOCK_W, DIST_SHIFT, SCORING, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS,
-                            ACCURATE)
-                        e_ids = tl.where(r_ok, r_ids, e_ids)
-                        ambiguous = ambiguous | (r_ok == 0)
-                if FORCE_EXACT:
-                    ambiguous = ambiguous | (hi_max == hi_max)
-                if COUNT_FALLBACKS:
-                    tl.atomic_add(stats_ptr, ambiguous.to(tl.int32))
-                if WORD_LOGITS:
-                    # A winner's word holds its logit's bits exactly (distance below the best, no shift) unless
-                    # the distance was clamped, and then the row is ambiguous: no second, dependent read.
-                    e_x = tl.where(cur, _key_of32(base + (wk >> LANE_BITS)), float("-inf"))
-                if ambiguous:
-                    hi_x = hi
-                    if KEEP_IN_WORDS:  # the exact keys of the fast path (no fast or FMA keys): drop the groups here
-                        hi_x = tl.where(allowed, hi, INT32_MIN)
-                    if LOGIT_KEYS:  # the exact scores
-                        row_sum = tl.sum(_exp(x - row_max[:, None], ACCURATE), axis=1)
-                        key_x, _s, hi_x = _key_bits(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
-                                                    False, HAS_BIAS, False, ACCURATE)
-                    if FMA_KEYS or APPROX_KEYS:
-                        # Read the row again (L1 / L2 hits): the fast path then keeps no logits live (registers).
-                        x, dead, b = _reload_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
-                                                  bias_ptr, bias_stride, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, ACCURATE)
-                    if APPROX_KEYS or FMA_KEYS:
-                        hi_x = _exact_hi(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING, SELECT_LOGITS,
-                                         HAS_BIAS, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
-                                         GROUP_ZERO, GROUP_BY_COUNT, ACCURATE)
-                    ids_x, _r = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
-                    e_ids = tl.reshape(ids_x, [BLOCK_KC])
-                    if DEAD_BY_ROW:
-                        # Into the fast path's layout (f_col's): otherwise the branch's result takes the reshape's
-                        # layout and the compiler keeps a second copy of the fast path's round words in it (SASS:
-                        # 19-37 ALU instructions a row). Not elsewhere: 512 lanes top-22 on div_rn keys took 80
-                        # registers with it against 70.
-                        e_ids = tl.gather(e_ids, f_col, 0)
-                    if WORD_LOGITS:  # the exact path's winners: read their logits (N_GROUP == 1: lane = id)
-                        e_x = _gather_logits(logits_ptr + tl.sum(rows64, axis=0) * logits_row_stride, e_ids,
-                                             logits_col_stride, cur & (tl.sum(row_ok.to(tl.int32), axis=0) > 0),
-                                             logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
-                if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
-                    e_ids = (e_ids // BLOCK_GS) * GROUP_SIZE + e_ids % BLOCK_GS  # lane -> expert id
-            else:
-                ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
-                if TRUNCATE_WORDS:
-                    # Softmax probabilities span many binades but sit far apart relative to their size: drop the
-                    # key's low bits. Run K + 1 rounds; two adjacent winners with equal high bits are ambiguous.
-                    fast = tl.where(ok2, (tl.maximum(hi, TRUNC_FLOOR) & (-BLOCK_W)) | inv[None, :], INT32_MIN)
+                dist_word = (dist << LANE_BITS) | inv[None, :]
+                # Excluded lanes sit below every allowed one (negative, still by lane); padding lanes lowest.
+                fast = tl.where(hi > INT32_MIN, dist_word, inv[None, :] - BLOCK_W)
+                fast = tl.where(ok2, fast, INT32_MIN)  # [BM, BW]
+                if DIST_SHIFT > 0:
                     ambiguous = tl.zeros([BLOCK_M], dtype=tl.int1)
                     prev = tl.zeros([BLOCK_M], dtype=tl.int32)
                     for i in tl.static_range(K + 1):
                         best = tl.max(fast, axis=1)  # [BM]
                         if i > 0:
-                            ambiguous = ambiguous | ((best & (-BLOCK_W)) == (prev & (-BLOCK_W)))
+                            ambiguous = ambiguous | ((best >> LANE_BITS) == (prev >> LANE_BITS))
                         if i < K:
-                            ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None],
-                                             ids_k)
+                            ids_k = tl.where(kc[None, :] == i,
+                                             ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None], ids_k)
                             fast = tl.where(fast == best[:, None], MARK + i, fast)
                         prev = best
                 else:
-                    # Sigmoid-like keys (+ bias) crowd near the top: keep every bit of the distance below the
-                    # row's best key (difference of order-preserving bits, in ulps), exact up to
-                    # 2**31 / BLOCK_W - 1 ulps (a binade for 256 lanes), clamped to 0 beyond. A K-th winner on
-                    # the clamp is ambiguous. Wide tiles (DIST_SHIFT > 0) drop the distance's low DIST_SHIFT
-                    # bits so that the word still spans 2**23 ulps (sigmoid + bias keys of 512-1024 experts
-                    # span more than 2**21 ulps: with the full distance most such rows fell back); then two
-                    # adjacent winners among K + 1 rounds with equal distance bits (near-ties, the clamp, -inf)
-                    # mark the row ambiguous.
-                    span = ((2147483648 // BLOCK_W) << DIST_SHIFT) - 1
-                    hi_max = tl.max(hi, axis=1)  # [BM]
-                    base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)  # [BM]
-                    dist = tl.maximum(hi, base[:, None]) - base[:, None]
-                    if DIST_SHIFT > 0:
-                        dist = dist >> DIST_SHIFT
-                    dist_word = (dist << LANE_BITS) | inv[None, :]
-                    # Excluded lanes sit below every allowed one (negative, still by lane); padding lanes lowest.
-                    fast = tl.where(hi > INT32_MIN, dist_word, inv[None, :] - BLOCK_W)
-                    fast = tl.where(ok2, fast, INT32_MIN)  # [BM, BW]
-                    if DIST_SHIFT > 0:
-                        ambiguous = tl.zeros([BLOCK_M], dtype=tl.int1)
-                        prev = tl.zeros([BLOCK_M], dtype=tl.int32)
-                        for i in tl.static_range(K + 1):
-                            best = tl.max(fast, axis=1)  # [BM]
-                            if i > 0:
-                                ambiguous = ambiguous | ((best >> LANE_BITS) == (prev >> LANE_BITS))
-                            if i < K:
-                                ids_k = tl.where(kc[None, :] == i,
-                                                 ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None], ids_k)
-                                fast = tl.where(fast == best[:, None], MARK + i, fast)
-                            prev = best
-                    else:
-                        for i in tl.static_range(K):
-                            best = tl.max(fast, axis=1)  # [BM]
-                            ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None],
-                                             ids_k)
-                            fast = tl.where(fast == best[:, None], MARK + i, fast)
-                        ambiguous = best < BLOCK_W  # the K-th winner's distance clamped to 0
-                if FORCE_EXACT:
-                    ambiguous = ambiguous | row_ok
+                    for i in tl.static_range(K):
+                        best = tl.max(fast, axis=1)  # [BM]
+                        ids_k = tl.where(kc[None, :] == i, ((-(best & (BLOCK_W - 1))) + (BLOCK_W - 1))[:, None],
+                                         ids_k)
+                        fast = tl.where(fast == best[:, None], MARK + i, fast)
+                    ambiguous = best < BLOCK_W  # the K-th winner's distance clamped to 0
+            if FORCE_EXACT:
+                ambiguous = ambiguous | row_ok
+            if FMA_KEYS:
+                ambiguous = ambiguous | fma_band
+                if SCORING == 2:
+                    ambiguous = ambiguous | (hi_max > INF_BITS)
+            rank_lane = tl.where((fast > INT32_MIN) & (fast < MARK + K), fast - MARK, -1)  # column or -1
+            redo = tl.max(ambiguous.to(tl.int32), axis=0)
+            if COUNT_FALLBACKS:
+                tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
+            if redo > 0:
+                # Exact path (wide key range, -inf among the winners): one 64-bit max per round.
+                hi_x = hi
                 if FMA_KEYS:
-                    ambiguous = ambiguous | fma_band
-                    if SCORING == 2:
-                        ambiguous = ambiguous | (hi_max > INF_BITS)
-                rank_lane = tl.where((fast > INT32_MIN) & (fast < MARK + K), fast - MARK, -1)  # column or -1
-                redo = tl.max(ambiguous.to(tl.int32), axis=0)
-                if COUNT_FALLBACKS:
-                    tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
-                if redo > 0:
-                    # Exact path (wide key range, -inf among the winners): one 64-bit max per round.
-                    hi_x = hi
-                    if FMA_KEYS:
-                        x, dead, b = _reload_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
-                                                  bias_ptr, bias_stride, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, ACCURATE)
-                        hi_x = _exact_hi(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING, SELECT_LOGITS,
-                                         HAS_BIAS, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
-                                         GROUP_ZERO, GROUP_BY_COUNT, ACCURATE)
-                    ids_k, rank_lane = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
-                if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
-                    ids_k = (ids_k // BLOCK_GS) * GROUP_SIZE + ids_k % BLOCK_GS  # lane -> expert id
+                    x, dead, b = _reload_tile(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap,
+                                              bias_ptr, bias_stride, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, ACCURATE)
+                    hi_x = _exact_hi(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING, SELECT_LOGITS,
+                                     HAS_BIAS, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
+                                     GROUP_ZERO, GROUP_BY_COUNT, ACCURATE)
+                ids_k, rank_lane = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
+            if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
+                ids_k = (ids_k // BLOCK_GS) * GROUP_SIZE + ids_k % BLOCK_GS  # lane -> expert id
 
-        # The epilogue works on K + C columns a row. With one row a program they are a flat [BKC] vector, one
-        # column a thread, and the row's values (validity, softmax max and sum, renorm sum) are scalars. On
-        # [BM, BKC] tensors the compiler keeps the layout of the row tile, which puts all BKC columns of a row
-        # in every thread of its warp: K-fold the work (SASS count: DeepSeek-V3 ~1030 -> ~770 a row).
-        if BLOCK_M == 1:
-            e_col = tl.arange(0, BLOCK_KC)  # [BKC]
-            if HASH or TRUNCATE_WORDS:
-                e_ids = tl.reshape(ids_k, [BLOCK_KC])
-            e_row = tl.sum(rows64, axis=0)  # scalars from here on
-            e_row32 = tl.sum(rows, axis=0)
-            e_row_ok = tl.sum(row_ok.to(tl.int32), axis=0) > 0
-            e_live = tl.sum(live.to(tl.int32), axis=0) > 0
-            e_max = tl.sum(row_max, axis=0)
-            e_sum = tl.sum(row_sum, axis=0)
-        else:
-            e_col = kc[None, :]  # [1, BKC]
-            e_ids = ids_k  # [BM, BKC]
-            e_row = rows64[:, None]  # [BM, 1]
-            e_row32 = rows[:, None]
-            e_row_ok = row_ok[:, None]
-            e_live = live[:, None]
-            e_max = row_max[:, None]
-            e_sum = row_sum[:, None]
-        if USE_PDL and PDL_TRIGGER == 1 and blk == ROW_BLOCKS - 1:
-            gdc_launch_dependents()  # after the selection, before the epilogue (where SGLang's router signals)
-        e_routed = e_col < K
-        e_mask = e_row_ok & e_routed  # routed columns of real rows
-        e_base = logits_ptr + e_row * logits_row_stride
+    # The epilogue works on K + C columns a row. With one row a program they are a flat [BKC] vector, one
+    # column a thread, and the row's values (validity, softmax max and sum, renorm sum) are scalars. On
+    # [BM, BKC] tensors the compiler keeps the layout of the row tile, which puts all BKC columns of a row
+    # in every thread of its warp: K-fold the work (SASS count: DeepSeek-V3 ~1030 -> ~770 a row).
+    if BLOCK_M == 1:
+        RAXIS: tl.constexpr = 0
+        e_col = tl.arange(0, BLOCK_KC)  # [BKC]
+        if HASH or TRUNCATE_WORDS:
+            e_ids = tl.reshape(ids_k, [BLOCK_KC])
+        e_row = tl.sum(rows64, axis=0)  # scalars from here on
+        e_row32 = tl.sum(rows, axis=0)
+        e_row_ok = tl.sum(row_ok.to(tl.int32), axis=0) > 0
+        e_live = tl.sum(live.to(tl.int32), axis=0) > 0
+        e_max = tl.sum(row_max, axis=0)
+        e_sum = tl.sum(row_sum, axis=0)
+    else:
+        RAXIS: tl.constexpr = 1
+        e_col = kc[None, :]  # [1, BKC]
+        e_ids = ids_k  # [BM, BKC]
+        e_row = rows64[:, None]  # [BM, 1]
+        e_row32 = rows[:, None]
+        e_row_ok = row_ok[:, None]
+        e_live = live[:, None]
+        e_max = row_max[:, None]
+        e_sum = row_sum[:, None]
+    if USE_PDL and PDL_TRIGGER == 1:
+        gdc_launch_dependents()  # after the selection, before the epilogue (where SGLang's router signals)
+    e_routed = e_col < K
+    e_mask = e_row_ok & e_routed  # routed columns of real rows
+    e_base = logits_ptr + e_row * logits_row_stride
 
-        if TILE_WEIGHTS:
-            # Steps 6-8 in the tile: the winners' scores are already in registers (s_lane), and each winning
-            # lane knows its column (rank_lane), so no second, dependent gather of the logits and no second
-            # scoring sit between the selection and the stores. Same arithmetic, in the same order, as the
-            # gather path below (only the row sum adds in another order).
-            sel = rank_lane >= 0
-            w_lane = tl.where(sel, s_lane, 0.0)
-            if RENORMALIZE:  # step 7, p = 1 only (the launcher sends p-norms down the gather path)
-                norm = tl.sum(w_lane, axis=1)
-                if EPS_CLAMP:
-                    denom = tl.maximum(norm, renorm_eps)
-                else:
-                    denom = norm + renorm_eps
-                # renorm_eps may be 0: a row whose selected scores are all 0 (all-NaN logits) keeps weights 0.
-                w_lane = tl.where(denom[:, None] > 0, _div_nonneg(w_lane, denom.to(tl.float32)[:, None]), 0.0)
-            if HAS_EXPERT_SCALE:
-                w_lane = w_lane * scale_lane
-            if APPLY_RSF:  # step 8, scale="in_weights"
-                w_lane = w_lane * rsf
-            w_lane = tl.where(live[:, None], w_lane, 0.0)
-            tl.store(weights_ptr + rows64[:, None] * (K + C) + rank_lane, w_lane, mask=row_ok[:, None] & sel)
-            w = tl.zeros(e_ids.shape, dtype=tl.float32)  # routed columns are written already
-        else:
-            # Step 6: the weights from the unbiased scores, recomputed from a gather of the winners' logits.
-            if WORD_LOGITS:
-                xk = e_x
-            elif THREAD_ROWS or (SPLIT_ROWS > 0 and LOGIT_KEYS):
-                xk = thread_x
+    if TILE_WEIGHTS:
+        # Steps 6-8 in the tile: the winners' scores are already in registers (s_lane), and each winning
+        # lane knows its column (rank_lane), so no second, dependent gather of the logits and no second
+        # scoring sit between the selection and the stores. Same arithmetic, in the same order, as the
+        # gather path below (only the row sum adds in another order).
+        sel = rank_lane >= 0
+        w_lane = tl.where(sel, s_lane, 0.0)
+        if RENORMALIZE:  # step 7, p = 1 only (the launcher sends p-norms down the gather path)
+            norm = tl.sum(w_lane, axis=1)
+            if EPS_CLAMP:
+                denom = tl.maximum(norm, renorm_eps)
             else:
-                xk = _gather_logits(e_base, e_ids, logits_col_stride, e_mask, logit_scale, softcap, HAS_SCALE,
-                                    HAS_SOFTCAP, ACCURATE)
+                denom = norm + renorm_eps
+            # renorm_eps may be 0: a row whose selected scores are all 0 (all-NaN logits) keeps weights 0.
+            w_lane = tl.where(denom[:, None] > 0, _div_nonneg(w_lane, denom.to(tl.float32)[:, None]), 0.0)
+        if HAS_EXPERT_SCALE:
+            w_lane = w_lane * scale_lane
+        if APPLY_RSF:  # step 8, scale="in_weights"
+            w_lane = w_lane * rsf
+        w_lane = tl.where(live[:, None], w_lane, 0.0)
+        tl.store(weights_ptr + rows64[:, None] * (K + C) + rank_lane, w_lane, mask=row_ok[:, None] & sel)
+        w = tl.zeros(e_ids.shape, dtype=tl.float32)  # routed columns are written already
+    else:
+        # Step 6: the weights from the unbiased scores, recomputed from a gather of the winners' logits.
+        if WORD_LOGITS:
+            xk = e_x
+        elif THREAD_ROWS or (SPLIT_ROWS > 0 and LOGIT_KEYS):
+            xk = thread_x
+        else:
+            xk = _gather_logits(e_base, e_ids, logits_col_stride, e_mask, logit_scale, softcap, HAS_SCALE,
+                                HAS_SOFTCAP, ACCURATE)
+        if THREAD_ROWS and LOGIT_KEYS:
+            w = thread_w  # exp(x - m) of the winners, 1 for the first (_thread_logit_rounds)
+        elif LOGIT_KEYS:
+            # exp(x - m) / S renormalized is exp(x - m) renormalized: S cancels up to rounding (a few ulp),
+            # and the launcher takes this path only where renorm_eps is below an ulp of the sum.
+            w = _exp(xk - e_max, ACCURATE)
+        else:
+            # Columns past K (and padded rows) score a logit of 0 before the mask below: their -inf made the IEEE
+            # division's operands special (1 / inf), which sends the whole warp down its slow path on every row
+            # (Nsight Compute source counters, BENCHMARKS.md run 87). The live columns' scores are unchanged.
+            w = _score(tl.where(e_mask, xk, 0.0), e_max, e_sum, SCORING, ACCURATE)
+        w = tl.where(e_mask, w, 0.0)
+        if RENORMALIZE:  # step 7; shared columns are not in w yet
+            if RENORM_P_ONE:
+                norm = tl.sum(w, axis=RAXIS, keep_dims=True)
+            else:
+                norm = _pow(tl.sum(_pow(w, renorm_p, ACCURATE), axis=RAXIS, keep_dims=True), inv_renorm_p, ACCURATE)
+            if EPS_CLAMP:
+                denom = tl.maximum(norm, renorm_eps)
+            else:
+                denom = norm + renorm_eps
             if THREAD_ROWS and LOGIT_KEYS:
-                w = thread_w  # exp(x - m) of the winners, 1 for the first (_thread_logit_rounds)
-            elif LOGIT_KEYS:
-                # exp(x - m) / S renormalized is exp(x - m) renormalized: S cancels up to rounding (a few ulp),
-                # and the launcher takes this path only where renorm_eps is below an ulp of the sum.
-                w = _exp(xk - e_max, ACCURATE)
+                # One division a row, not K: the norm is >= 1 (the first winner's exp(0)) unless every winner
+                # is dead and w is 0, so the reciprocal is finite and w * (1 / denom) is within an ulp of the
+                # quotient.
+                w = tl.where(denom > 0, w * _div(tl.full(denom.shape, 1.0, tl.float32), tl.maximum(denom, 1.0)), 0.0)
             else:
-                # Columns past K (and padded rows) score a logit of 0 before the mask below: their -inf made the IEEE
-                # division's operands special (1 / inf), which sends the whole warp down its slow path on every row
-                # (Nsight Compute source counters, BENCHMARKS.md run 87). The live columns' scores are unchanged.
-                w = _score(tl.where(e_mask, xk, 0.0), e_max, e_sum, SCORING, ACCURATE)
-            w = tl.where(e_mask, w, 0.0)
-            if RENORMALIZE:  # step 7; shared columns are not in w yet
-                if RENORM_P_ONE:
-                    norm = tl.sum(w, axis=RAXIS, keep_dims=True)
-                else:
-                    norm = _pow(tl.sum(_pow(w, renorm_p, ACCURATE), axis=RAXIS, keep_dims=True), inv_renorm_p, ACCURATE)
-                if EPS_CLAMP:
-                    denom = tl.maximum(norm, renorm_eps)
-                else:
-                    denom = norm + renorm_eps
-                if THREAD_ROWS and LOGIT_KEYS:
-                    # One division a row, not K: the norm is >= 1 (the first winner's exp(0)) unless every winner
-                    # is dead and w is 0, so the reciprocal is finite and w * (1 / denom) is within an ulp of the
-                    # quotient.
-                    w = tl.where(denom > 0, w * _div(tl.full(denom.shape, 1.0, tl.float32), tl.maximum(denom, 1.0)),
-                                 0.0)
-                else:
-                    w = tl.where(denom > 0, _div_nonneg(w, denom.to(tl.float32)), 0.0)
-            if HAS_EXPERT_SCALE:
-                scale = tl.load(expert_scale_ptr + e_ids.to(tl.int64) * expert_scale_stride, mask=e_mask, other=1.0)
-                w = w * scale.to(tl.float32)
-            if APPLY_RSF:  # step 8, scale="in_weights"
-                w = w * rsf
+                w = tl.where(denom > 0, _div_nonneg(w, denom.to(tl.float32)), 0.0)
+        if HAS_EXPERT_SCALE:
+            scale = tl.load(expert_scale_ptr + e_ids.to(tl.int64) * expert_scale_stride, mask=e_mask, other=1.0)
+            w = w * scale.to(tl.float32)
+        if APPLY_RSF:  # step 8, scale="in_weights"
+            w = w * rsf
 
-        if HAS_RECORDER:  # step 12: logical ids, before placement
-            rec = tl.where(e_live, e_ids, -1)
-            tl.store(rec_ids_ptr + e_row * rec_row_stride + e_col, rec, mask=e_mask)
-            if pid == 0:
-                tl.store(rec_count_ptr, num_tokens.to(tl.int64))
+    if HAS_RECORDER:  # step 12: logical ids, before placement
+        rec = tl.where(e_live, e_ids, -1)
+        tl.store(rec_ids_ptr + e_row * rec_row_stride + e_col, rec, mask=e_mask)
+        if pid == 0:
+            tl.store(rec_count_ptr, num_tokens.to(tl.int64))
 
-        physical = e_ids
-        if HAS_PLACEMENT:  # step 9
-            count = tl.load(replica_count_ptr + e_ids, mask=e_mask, other=1)
-            if REPLICA_POLICY == 2:
-                choice = tl.zeros(e_ids.shape, dtype=tl.int32)
-            else:
-                choice = e_row32 % count
-                if REPLICA_POLICY == 1:
-                    first_home = tl.full(e_ids.shape, MAX_REPLICAS, tl.int32)
-                    for r in tl.static_range(MAX_REPLICAS):
-                        slot = tl.load(l2p_ptr + e_ids * MAX_REPLICAS + r, mask=e_mask, other=-1)
-                        home = (slot >= 0) & (slot // SLOTS_PER_RANK == home_rank) & (first_home == MAX_REPLICAS)
-                        first_home = tl.where(home, r, first_home)
-                    choice = tl.where(first_home < MAX_REPLICAS, first_home, choice)
-            physical = tl.load(l2p_ptr + e_ids * MAX_REPLICAS + choice, mask=e_mask, other=0)
-        if SHARED_MODE == 2:
-            physical = physical + (physical // SLOTS_PER_RANK) * NUM_SHARED
-
-        out_ids = physical
-        out_w = w
-        if C > 0:  # step 10
-            shared = e_col - K
-            if SHARED_MODE == 1:
-                shared_id = NUM_PHYSICAL + shared
-            else:
-                shared_id = home_rank * (SLOTS_PER_RANK + NUM_SHARED) + SLOTS_PER_RANK + shared
-            out_ids = tl.where(e_routed, physical, shared_id)
-            out_w = tl.where(e_routed, w, shared_weight)
-        out_ids = tl.where(e_live, out_ids, -1)
-        out_w = tl.where(e_live, out_w, 0.0)
-        out_mask = e_row_ok & (e_col < K + C)
-        offset = e_row * (K + C) + e_col
-        if TILE_WEIGHTS:
-            if C > 0:
-                tl.store(weights_ptr + offset, out_w, mask=out_mask & (e_col >= K))
+    physical = e_ids
+    if HAS_PLACEMENT:  # step 9
+        count = tl.load(replica_count_ptr + e_ids, mask=e_mask, other=1)
+        if REPLICA_POLICY == 2:
+            choice = tl.zeros(e_ids.shape, dtype=tl.int32)
         else:
-            tl.store(weights_ptr + offset, out_w, mask=out_mask)
-        tl.store(ids_ptr + offset, out_ids, mask=out_mask)
-        if HAS_PACKED:  # (id << 16) | bf16 bits of the weight, the FlashInfer routed-MoE word
-            # fp32 -> bf16 round-to-nearest-even by integer arithmetic (weights are finite and >= 0): the
-            # interpreter's bf16 cast truncates, this spelling is the same on both.
-            bits = out_w.to(tl.int32, bitcast=True)
-            w_bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
-            tl.store(packed_ptr + offset, (out_ids << 16) | w_bits, mask=out_mask)
+            choice = e_row32 % count
+            if REPLICA_POLICY == 1:
+                first_home = tl.full(e_ids.shape, MAX_REPLICAS, tl.int32)
+                for r in tl.static_range(MAX_REPLICAS):
+                    slot = tl.load(l2p_ptr + e_ids * MAX_REPLICAS + r, mask=e_mask, other=-1)
+                    home = (slot >= 0) & (slot // SLOTS_PER_RANK == home_rank) & (first_home == MAX_REPLICAS)
+                    first_home = tl.where(home, r, first_home)
+                choice = tl.where(first_home < MAX_REPLICAS, first_home, choice)
+        physical = tl.load(l2p_ptr + e_ids * MAX_REPLICAS + choice, mask=e_mask, other=0)
+    if SHARED_MODE == 2:
+        physical = physical + (physical // SLOTS_PER_RANK) * NUM_SHARED
+
+    out_ids = physical
+    out_w = w
+    if C > 0:  # step 10
+        shared = e_col - K
+        if SHARED_MODE == 1:
+            shared_id = NUM_PHYSICAL + shared
+        else:
+            shared_id = home_rank * (SLOTS_PER_RANK + NUM_SHARED) + SLOTS_PER_RANK + shared
+        out_ids = tl.where(e_routed, physical, shared_id)
+        out_w = tl.where(e_routed, w, shared_weight)
+    out_ids = tl.where(e_live, out_ids, -1)
+    out_w = tl.where(e_live, out_w, 0.0)
+    out_mask = e_row_ok & (e_col < K + C)
+    offset = e_row * (K + C) + e_col
+    if TILE_WEIGHTS:
+        if C > 0:
+            tl.store(weights_ptr + offset, out_w, mask=out_mask & (e_col >= K))
+    else:
+        tl.store(weights_ptr + offset, out_w, mask=out_mask)
+    tl.store(ids_ptr + offset, out_ids, mask=out_mask)
+    if HAS_PACKED:  # (id << 16) | bf16 bits of the weight, the FlashInfer routed-MoE word
+        # fp32 -> bf16 round-to-nearest-even by integer arithmetic (weights are finite and >= 0): the
+        # interpreter's bf16 cast truncates, this spelling is the same on both.
+        bits = out_w.to(tl.int32, bitcast=True)
+        w_bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+        tl.store(packed_ptr + offset, (out_ids << 16) | w_bits, mask=out_mask)
 
 
 @triton.jit
