@@ -179,18 +179,12 @@ def fast_path_indices(compiled) -> list[int]:
         if j - i > largest[1] - largest[0]:
             largest = (i + 1, j)
         if fname == kernel_file and line in guards:
-            guarded.setdefault(line, []).append((i + 1, j))
+            if j - i > guarded.get(line, (0, 0))[1] - guarded.get(line, (0, 0))[0]:
+                guarded[line] = (i + 1, j)  # the guard's largest skipped block
         elif j - i < 12 and any(seq[k][2].startswith("CALL") for k in range(i, j)):
             drop.update(range(i + 1, j))
-    # The one-row path's fallbacks sit under the guards (the largest block a guard skips; a program of ROW_BLOCKS
-    # blocks has a copy of it a block: every block within half the largest); elsewhere the largest skipped block.
-    spans = [largest]
-    if guarded:
-        spans = []
-        for line_spans in guarded.values():
-            top = max(b - a for a, b in line_spans)
-            spans += [(a, b) for a, b in line_spans if 2 * (b - a) >= top]
-    for span in spans:
+    # The one-row path's fallbacks sit under the guards; elsewhere the fallback is the largest skipped block.
+    for span in guarded.values() or [largest]:
         drop.update(range(*span))
     return [i for i in range(min(end + 1, len(seq))) if i not in drop]
 
