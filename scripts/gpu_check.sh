@@ -2,7 +2,9 @@
 # One device call: the kernel test suite on the GPU, then the benchmark.
 #   scripts/gpu_check.sh [--sweep] [bench args...]
 # Logs and JSON go to $OUT (the device tool's output folder) or /tmp/moegate-gpu. SGLang's router is
-# looked for in .peers/ (carry it: carry [".peers"]). Exit status: the tests' status.
+# looked for in .peers/ (carry it: carry [".peers"]), and so is FlashInfer's DeepSeek routing op
+# (.peers/flashinfer-router.tar.xz from scripts/fetch_flashinfer_router.sh, unpacked here into
+# .peers/flashinfer-site; the bench compiles it on first use). Exit status: the tests' status.
 set -uo pipefail
 out=${OUT:-/tmp/moegate-gpu}
 mkdir -p "$out"
@@ -13,6 +15,9 @@ py=${PYTHON:-python3}
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
   "$py" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
 } 2>&1 | tee "$out/env.txt"
+if [ -f .peers/flashinfer-router.tar.xz ] && [ ! -d .peers/flashinfer-site ]; then
+  mkdir -p .peers/flashinfer-site && tar -C .peers/flashinfer-site --strip-components=1 -xJf .peers/flashinfer-router.tar.xz
+fi
 test_rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   start=$(date +%s)

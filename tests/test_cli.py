@@ -478,7 +478,7 @@ def test_synthetic_inputs_cover_bias_scale_and_hash():
 def test_bench_table_advances_its_progress_bar_once_per_row(monkeypatch):
     import moegate.bench as bench
 
-    monkeypatch.setattr(bench, "_providers", lambda config, dtype, T, sglang, want: {"moegate": None, "floor": None})
+    monkeypatch.setattr(bench, "_providers", lambda config, dtype, T, *_: {"moegate": None, "floor": None})
     monkeypatch.setattr(bench, "_time", lambda fn, rep: 2.0)
     ticks = []
     rows = bench._bench_rows(["mixtral", "qwen3"], [1, 16, 64], set(), 1, None, set(), lambda: ticks.append(1))
@@ -502,8 +502,8 @@ def test_bench_small_launches_are_the_median_of_rounds_in_turn(monkeypatch):
             raise RuntimeError("no")
         return next(times)
 
-    monkeypatch.setattr(bench, "_providers", lambda config, dtype, T, sglang, want: {"moegate": "mg", "floor": "fl",
-                                                                                      "sglang": "peer"})
+    monkeypatch.setattr(bench, "_providers", lambda config, dtype, T, *_: {"moegate": "mg", "floor": "fl",
+                                                                          "sglang": "peer"})
     monkeypatch.setattr(bench, "_time", fake_time)
     monkeypatch.setattr(bench, "_verified", lambda fn, label: 0)
     rows = bench._bench_rows(["mixtral"], [1, 4096], set(), 1, None, set(), lambda: None, repeats=3)
@@ -526,7 +526,7 @@ def test_bench_ab_variants_are_the_median_of_rounds_in_turn(monkeypatch, capsys)
         seen.append((fn, kr.use_pdl_override))
         return next(times)
 
-    monkeypatch.setattr(bench, "_providers", lambda config, dtype, T, sglang, want: {"moegate": "mg", "floor0": "f0"})
+    monkeypatch.setattr(bench, "_providers", lambda config, dtype, T, *_: {"moegate": "mg", "floor0": "f0"})
     monkeypatch.setattr(bench, "_time", fake_time)
     monkeypatch.setattr(bench, "_verified", lambda fn, label: 0)
     bench.ab(["mixtral"], [16, 4096], 1, ["no-pdl"], repeats=3)
@@ -553,7 +553,7 @@ def test_bench_sweep_times_only_launches_the_launcher_accepts(monkeypatch, capsy
         kr._launch_shape(T, g * gs, not split and kr._use_thread_rows(config), split)  # raises if refused
         return 1.0
 
-    monkeypatch.setattr(bench, "_providers", lambda config, dtype, T, sglang, want: {"moegate": (config, T)})
+    monkeypatch.setattr(bench, "_providers", lambda config, dtype, T, *_: {"moegate": (config, T)})
     monkeypatch.setattr(bench, "_time", fake_time)
     bench.sweep(["qwen3", "mixtral", "deepseek-v3-fp32"], [16, 65536], 1)
     out = capsys.readouterr().out
@@ -583,6 +583,60 @@ def test_bench_verifies_what_it_timed(capsys):
     rows = [{"shape": "x", "T": 4096, "moegate": 1.0, "floor": 1.0, "sglang": 2.0, "violations": 0},
             {"shape": "x", "T": 8192, "moegate": 1.0, "floor": 1.0, "sglang": 2.0, "violations": 2}]
     assert any("[('x', 8192, 2)]" in line for line in bench.summary(rows))
+
+
+def test_flashinfer_column_covers_the_shapes_its_op_computes():
+    """FlashInfer's fused_topk_deepseek is timed only where it computes the shape's routing (sigmoid + bias,
+    top-2-sum groups excluded, plain-sum renormalization, rsf in the weights) within its documented limits."""
+    import moegate.bench as bench
+
+    covered = {name for name, (config, _) in bench.SHAPES.items() if bench._flashinfer_covers(config)}
+    assert covered == {"deepseek-v3-fp32", "deepseek-v3-bf16", "kimi-k2"}
+    dsv3 = bench.SHAPES["deepseek-v3-fp32"][0]
+    for change in ({"group_fill": "zero"}, {"group_score": "max"}, {"renormalize": False}, {"top_k": 9},
+                   {"softcap": 30.0}, {"selection": "logits"}, {"renorm_p": 2.0}, {"has_expert_scale": True},
+                   {"scoring": "sqrtsoftplus"}, {"n_group": 4, "topk_group": 2},  # 64 experts a group
+                   {"n_group": 8, "topk_group": 5}):  # 160 experts in the kept groups
+        assert not bench._flashinfer_covers(dsv3.replace(**change)), change
+    assert bench._flashinfer_covers(RouterConfig(384, 8, scoring="sigmoid", has_correction_bias=True))
+    assert not bench._flashinfer_covers(RouterConfig(385, 8, scoring="sigmoid", has_correction_bias=True))
+
+
+def test_flashinfer_output_is_checked_against_the_reference_in_any_column_order():
+    """The peer's check compares each row's expert set (its columns in any order) with the fp32 reference's and
+    reports the largest relative weight error on the rows that agree; a wrong expert is a counted row."""
+    import moegate.bench as bench
+    from moegate import route
+
+    config = bench.SHAPES["deepseek-v3-fp32"][0]
+    logits, bias = torch.randn(40, 256), torch.randn(256) * 0.1
+    ref = route(logits, config, bias=bias, backend="reference")
+    perm = torch.randperm(config.top_k)
+    calls = []
+
+    def fake_op(scores, b, n_group, topk_group, topk, rsf, values, indices, pdl, replay):
+        calls.append((n_group, topk_group, topk, rsf, pdl, replay))
+        values.copy_(ref.weights[:, perm])
+        indices.copy_(ref.ids[:, perm])
+
+    peer = bench._FlashInfer(fake_op, logits, config, bias)
+    peer.values.fill_(float("nan"))
+    peer()
+    assert calls == [(8, 4, 8, 2.5, True, None)]
+    assert peer.verify() == (0, 0.0)
+    peer.indices[5, 2] = next(e for e in range(256) if e not in peer.indices[5].tolist())  # an expert not chosen
+    peer.values[7, 0] *= 1.01
+    wrong, rel = peer.verify()
+    assert wrong == 1 and rel == pytest.approx(0.01, rel=1e-3)
+    rows = [{"shape": "x", "T": 4096, "moegate": 1.0, "floor": 0.5, "sglang": 2.0, "flashinfer": 0.8,
+             "flashinfer_check": (0, 1e-7)},
+            {"shape": "x", "T": 16, "moegate": 1.0, "floor": 0.5, "sglang": 2.0, "flashinfer": 2.0,
+             "flashinfer_check": (3, 1e-7)}]
+    lines = bench.summary(rows)
+    assert any("moegate/flashinfer over T >= 4096 (1 shapes it covers): 1.250" in line
+               and "slower than flashinfer at: [('x', 4096, 1.25)]" in line for line in lines)
+    assert any("rows routed to other experts [('x', 16, 3)]" in line for line in lines)
+    assert "1.250" in bench._format_row(rows[0]) and "0.500" in bench._format_row(rows[1])
 
 
 def test_ab_variants_set_real_launcher_overrides():

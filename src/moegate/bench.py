@@ -10,6 +10,11 @@ calls, see ``TIMER``; launch gaps and Python overhead are out of every number; a
   ``/work/shared/tools/fetch-sglang-router .peers`` has put it in ``.peers/`` (never committed).
   For 896 experts top-16 SGLang's production path is a native radix kernel that is not part of this
   comparison: that row is measured against SGLang's Triton router only.
+- ``flashinfer``: FlashInfer's DeepSeek routing op ``fused_topk_deepseek`` (the CUDA kernel ``NoAuxTc``,
+  flashinfer-python 0.7.4, compiled for the device on first use), when ``scripts/fetch_flashinfer_router.sh``
+  has put it in ``.peers/`` (never committed), on the shapes whose routing it computes (FLASHINFER_LIMITS).
+  It writes weights in the logits' dtype (bf16 for bf16 logits). Its output is checked like moegate's, against
+  the fp32 reference on the same inputs, and a disagreement is printed.
 - ``floor``: a kernel that only reads the logits once and writes the K weights and ids once; nothing
   routes faster than it. Launched like both routers, with programmatic dependent launch (PDL: the next
   launch in the graph starts while this one runs, and waits in ``griddepcontrol.wait``); ``floor0``
@@ -82,6 +87,89 @@ def _load_sglang():
     finally:
         sys.path.remove(here)
     return sglang_moe_fused_gate.moe_fused_gate
+
+
+# FlashInfer's op, as FlashInfer documents and checks it (flashinfer.fused_moe.fused_routing_dsv3): sigmoid scores
+# plus a correction bias, groups by their top-2 sum (the dropped ones excluded), the plain sum renormalization, rsf in
+# the weights; K <= 8; grouped: E / n_group <= 32 and E / n_group * topk_group <= 128; ungrouped: E <= 384.
+FLASHINFER_LIMITS = {"max_top_k": 8, "max_group_size": 32, "max_kept_experts": 128, "max_ungrouped_experts": 384}
+
+
+def _flashinfer_covers(config) -> bool:
+    """Whether FlashInfer's fused_topk_deepseek computes this config's routing (within its limits)."""
+    c, lim = config, FLASHINFER_LIMITS
+    same_function = (c.scoring == "sigmoid" and c.has_correction_bias and c.selection == "scores"
+                     and c.logit_scale == 1.0 and c.softcap is None and c.group_score == "top2_sum"
+                     and c.group_fill == "exclude" and c.renormalize and c.renorm_p == 1.0 and c.routing == "topk"
+                     and not c.has_expert_scale and c.num_zero_experts == 0)
+    if not same_function or c.top_k > lim["max_top_k"]:
+        return False
+    if c.n_group > 1:
+        return c.group_size <= lim["max_group_size"] and c.group_size * c.topk_group <= lim["max_kept_experts"]
+    return c.num_experts <= lim["max_ungrouped_experts"]
+
+
+def _load_flashinfer():
+    """FlashInfer's NoAuxTc op, built for this device, or None (the peer is optional: the reason is printed).
+
+    The op is what ``fused_topk_deepseek`` launches after its Python checks. Those refuse an ungrouped call with
+    K > 1 (they ask topk_group * n_group >= K with topk_group <= n_group = 1), which the op itself takes (its
+    single-group path, documented up to 384 experts): Kimi-K2 is timed through the op, as every shape is."""
+    here = os.path.join(os.getcwd(), ".peers", "flashinfer-site")
+    if not os.path.isdir(here):
+        print("flashinfer not available (no .peers/flashinfer-site); run scripts/fetch_flashinfer_router.sh and "
+              "scripts/gpu_check.sh, which unpacks it")
+        return None
+    sys.path.insert(0, here)  # left there: the op's JIT build imports flashinfer's modules when it runs
+    try:
+        from flashinfer.fused_moe.fused_routing_dsv3 import get_dsv3_fused_routing_module
+
+        start = time.perf_counter()
+        op = get_dsv3_fused_routing_module().NoAuxTc
+        x = torch.randn(4, 256, device="cuda")
+        op(x, torch.zeros(256, device="cuda"), 8, 4, 8, 1.0, torch.empty(4, 8, device="cuda"),
+           torch.empty(4, 8, dtype=torch.int32, device="cuda"), True, None)
+        torch.cuda.synchronize()
+        print(f"flashinfer NoAuxTc ready ({time.perf_counter() - start:.0f} s to build and load)")
+    except Exception as exc:
+        print(f"flashinfer not available ({type(exc).__name__}: {str(exc)[:300]})")
+        return None
+    return op
+
+
+class _FlashInfer:
+    """The timed call: FlashInfer's op into fixed outputs, on the inputs moegate gets (the fp32 bias included: the
+    op takes an fp32 bias with bf16 logits). ``verify()``: rows whose expert set differs from the fp32 reference's,
+    and the largest relative error of a weight, over the first VERIFY_ROWS rows."""
+
+    def __init__(self, op, logits, config, bias):
+        self.op, self.logits, self.config, self.bias = op, logits, config, bias
+        T, K = logits.shape[0], config.top_k
+        self.values = torch.empty(T, K, dtype=logits.dtype, device=logits.device)
+        self.indices = torch.empty(T, K, dtype=torch.int32, device=logits.device)
+
+    def __call__(self):
+        c = self.config
+        self.op(self.logits, self.bias, c.n_group, c.topk_group, c.top_k, c.routed_scaling_factor, self.values,
+                self.indices, True, None)
+
+    def verify(self, rows=None):
+        n = min(VERIFY_ROWS if rows is None else rows, self.logits.shape[0])
+        if n <= 0:
+            return None
+        ref_w, ref_ids = route_reference(self.logits[:n], self.config, bias=self.bias)
+        return _compare_routing(self.values[:n].float(), self.indices[:n], ref_w, ref_ids)
+
+
+def _compare_routing(weights, ids, ref_w, ref_ids):
+    """(rows whose expert set differs from the reference's, the largest relative weight error on the rows that
+    agree): a peer may order its K columns its own way, so each row is compared sorted by expert id."""
+    ids, order = ids.long().sort(dim=1)
+    ref_ids, ref_order = ref_ids.long().sort(dim=1)
+    same = (ids == ref_ids).all(dim=1)
+    w, ref = weights.gather(1, order)[same], ref_w.float().gather(1, ref_order)[same]
+    rel = ((w - ref).abs() / ref.abs().clamp_min(1e-30)).max().item() if w.numel() else 0.0
+    return int((~same).sum().item()), rel
 
 
 def _floor_launch(logits, weights, ids, K, pdl=True):
@@ -161,7 +249,21 @@ def _verified(fn, label):
     return bad
 
 
-def _providers(config, dtype, T, sglang, want):
+def _peer_check(fn, label):
+    """A peer's (rows routed to other experts than the fp32 reference's, largest relative weight error), printed
+    when any row differs; None where the check could not run."""
+    try:
+        result = fn.verify()
+    except Exception as exc:
+        print(f"{label}: not verified: {type(exc).__name__}: {exc}")
+        return None
+    if result is not None and result[0]:
+        print(f"{label}: {result[0]} of the first {VERIFY_ROWS} rows routed to other experts than the fp32 "
+              "reference's")
+    return result
+
+
+def _providers(config, dtype, T, sglang, want, flashinfer=None):
     """name -> zero-argument callable, all on the same inputs."""
     g = torch.Generator(device="cuda").manual_seed(T)
     W, K = config.num_scored, config.top_k
@@ -183,6 +285,8 @@ def _providers(config, dtype, T, sglang, want):
                           num_expert_group=config.n_group, topk_group=config.topk_group)
 
         fns["sglang"] = sglang_fn
+    if flashinfer is not None and _flashinfer_covers(config):
+        fns["flashinfer"] = _FlashInfer(flashinfer, logits, config, bias)
     if "reference" in want:
         fns["reference"] = lambda: route_reference(logits, config, bias=bias)
     if "compiled" in want:
@@ -264,16 +368,16 @@ def _median(times):
     return sorted(times)[(len(times) - 1) // 2]
 
 
-def bench(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, repeats=1):
+def bench(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, repeats=1, flashinfer=None):
     from moegate.cli import progress_bar
 
     with progress_bar(unit="shapes x T") as progress:
         task = progress.add_task("bench", total=len(shapes) * len(tokens))
         return _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, lambda: progress.advance(task),
-                           repeats)
+                           repeats, flashinfer)
 
 
-def _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, advance, repeats=1):
+def _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, advance, repeats=1, flashinfer=None):
     rows = []
     for name in shapes:
         config, dtype = SHAPES[name]
@@ -281,7 +385,7 @@ def _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, advanc
             want = set()
             if T in ref_tokens:
                 want = {"reference", "compiled"} if name in compiled_shapes else {"reference"}
-            fns = _providers(config, dtype, T, sglang, want)
+            fns = _providers(config, dtype, T, sglang, want, flashinfer)
             row = {"shape": name, "T": T, "dtype": str(dtype)[6:], "E": config.num_scored, "K": config.top_k}
             samples = {prov: [] for prov in fns}
             for _ in range(repeats if T <= REPEAT_MAX_TOKENS else 1):
@@ -298,6 +402,8 @@ def _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, advanc
             row["samples"] = samples
             if row.get("moegate") is not None:
                 row["violations"] = _verified(fns["moegate"], f"{name} T={T} moegate")
+            if row.get("flashinfer") is not None:
+                row["flashinfer_check"] = _peer_check(fns["flashinfer"], f"{name} T={T} flashinfer")
             nbytes = T * config.num_scored * torch.finfo(dtype).bits // 8 + T * config.top_k * 8
             row["GB/s"] = nbytes / (row["moegate"] * 1e-6) / 1e9 if row.get("moegate") else None
             rows.append(row)
@@ -310,17 +416,20 @@ def _fmt(v, spec=".2f"):
     return "-" if v is None else format(v, spec)
 
 
-HEADER = (f"{'shape':18} {'T':>6} {'moegate':>8} {'sglang':>8} {'floor':>7} {'floor0':>7} {'ref':>8} {'compiled':>8} "
-          f"{'GB/s':>6} {'mg/sgl':>6} {'mg/floor':>8}")
+HEADER = (f"{'shape':18} {'T':>6} {'moegate':>8} {'sglang':>8} {'flashinf':>8} {'floor':>7} {'floor0':>7} {'ref':>8} "
+          f"{'compiled':>8} {'GB/s':>6} {'mg/sgl':>6} {'mg/fi':>6} {'mg/floor':>8}")
+
+
+def _ratio(r, peer):
+    return r["moegate"] / r[peer] if r.get(peer) and r.get("moegate") else None
 
 
 def _format_row(r):
-    ratio_s = r["moegate"] / r["sglang"] if r.get("sglang") and r.get("moegate") else None
-    ratio_f = r["moegate"] / r["floor"] if r.get("floor") and r.get("moegate") else None
     return (f"{r['shape']:18} {r['T']:>6} {_fmt(r.get('moegate')):>8} {_fmt(r.get('sglang')):>8} "
-            f"{_fmt(r.get('floor')):>7} {_fmt(r.get('floor0')):>7} {_fmt(r.get('reference')):>8} "
-            f"{_fmt(r.get('compiled')):>8} "
-            f"{_fmt(r.get('GB/s'), '.0f'):>6} {_fmt(ratio_s, '.3f'):>6} {_fmt(ratio_f, '.2f'):>8}")
+            f"{_fmt(r.get('flashinfer')):>8} {_fmt(r.get('floor')):>7} {_fmt(r.get('floor0')):>7} "
+            f"{_fmt(r.get('reference')):>8} {_fmt(r.get('compiled')):>8} {_fmt(r.get('GB/s'), '.0f'):>6} "
+            f"{_fmt(_ratio(r, 'sglang'), '.3f'):>6} {_fmt(_ratio(r, 'flashinfer'), '.3f'):>6} "
+            f"{_fmt(_ratio(r, 'floor'), '.2f'):>8}")
 
 
 def summary(rows):
@@ -364,6 +473,19 @@ def summary(rows):
                  key=lambda x: x[2], default=None)
         lines.append(f"against floor0 (no PDL): worst moegate - floor0 at T <= 64: {ws}; worst moegate / floor0 at "
                      f"T >= 32768: {wl}")
+    fi = [r for r in rows if r.get("flashinfer")]
+    if fi:
+        fi_slower = [(r["shape"], r["T"], round(r["moegate"] / r["flashinfer"], 3)) for r in fi
+                     if r["moegate"] > r["flashinfer"]]
+        lines.append(f"geo-mean moegate/flashinfer over T >= 4096 ({len({r['shape'] for r in fi})} shapes it "
+                     f"covers): {_geomean([_ratio(r, 'flashinfer') for r in fi if r['T'] >= 4096]):.3f}, over every "
+                     f"T: {_geomean([_ratio(r, 'flashinfer') for r in fi]):.3f}; slower than flashinfer at: "
+                     f"{fi_slower if fi_slower else 'nowhere'}")
+        off = [(r["shape"], r["T"], r["flashinfer_check"][0]) for r in fi
+               if r.get("flashinfer_check") and r["flashinfer_check"][0]]
+        rel = max((r["flashinfer_check"][1] for r in fi if r.get("flashinfer_check")), default=None)
+        lines.append(f"flashinfer's routing against the fp32 reference (first {VERIFY_ROWS} rows): rows routed to "
+                     f"other experts {off if off else 'none'}; largest relative weight error {_fmt(rel, '.2e')}")
     for name in dict.fromkeys(r["shape"] for r in rows):
         rs = [r for r in rows if r["shape"] == name]
         sg = _geomean([r["moegate"] / r["sglang"] for r in rs if r["T"] >= 4096 and r.get("sglang")])
@@ -617,8 +739,10 @@ def main(argv=None) -> int:
                            "triton": triton.__version__, "sweep": rows}, f, indent=1)
         return 0
     sglang = _load_sglang()
+    covered = [name for name in shapes if _flashinfer_covers(SHAPES[name][0])]
+    flashinfer = _load_flashinfer() if covered else None
     print(HEADER)
-    rows = bench(shapes, tokens, ref_tokens, args.rep, sglang, compiled_shapes, args.repeats)
+    rows = bench(shapes, tokens, ref_tokens, args.rep, sglang, compiled_shapes, args.repeats, flashinfer)
     print("\n" + HEADER)
     for r in rows:
         print(_format_row(r))
