@@ -96,6 +96,38 @@ def test_nan_logit_is_minus_inf_and_does_not_disturb_softmax():
     assert w[0, 1:].tolist() == [0.0, 0.0, 0.0]
 
 
+@pytest.mark.parametrize("scoring", ["softmax", "sigmoid", "sqrtsoftplus"])
+def test_checker_checks_only_the_ids_of_rows_outside_the_domain(scoring):
+    """+inf logits (after step 1) are outside the domain: ids stay K distinct valid experts, weights and the choice
+    among experts are unspecified. check_routing checks such a row's ids only (the reference's own NaN weights
+    there, or another router's other choice, are no violation); a softcap brings +inf inside (to c)."""
+    cfg = RouterConfig(8, 2, scoring=scoring, num_shared_experts=1)
+    layout = ExpertLayout(shared_slots="global")
+    logits = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    logits[1, 3] = logits[1, 5] = INF
+    w, ids = route(logits, cfg, layout, backend="reference")
+    assert check_routing(w, ids, cfg, layout, logits=logits) == []
+    other_w, other_ids = w.clone(), ids.clone()
+    other_ids[1, :2] = torch.tensor([0, 1])  # another choice, with NaN weights
+    other_w[1] = NAN
+    assert check_routing(other_w, other_ids, cfg, layout, logits=logits) == []
+    for col, value, what in ((1, 0, "distinct"), (0, 99, "id range"), (2, 0, "shared id")):
+        bad = other_ids.clone()
+        bad[1, col] = value
+        assert {v.what for v in check_routing(other_w, bad, cfg, layout, logits=logits) if v.row == 1} == {what}
+    wrong = w.clone()
+    wrong[2, 0] += 0.25  # a row inside the domain is checked as ever
+    assert any(v.row == 2 for v in check_routing(wrong, ids, cfg, layout, logits=logits))
+    capped = cfg.replace(softcap=5.0)  # +inf -> 5.0: inside the domain, the reference's choice is checked
+    cw, cids = route(logits, capped, layout, backend="reference")
+    assert check_routing(cw, cids, capped, layout, logits=logits) == []
+    swapped = cids.clone()
+    swapped[1, :2] = torch.tensor([0, 1])
+    assert any(v.row == 1 for v in check_routing(cw, swapped, capped, layout, logits=logits))
+    with pytest.raises(ValueError, match="logits has 3 rows"):
+        check_routing(w, ids, cfg, layout, logits=logits[:3])
+
+
 def test_nan_key_loses_even_with_a_large_bias():
     cfg = RouterConfig(num_experts=3, top_k=1, scoring="sigmoid", has_correction_bias=True, renormalize=False)
     _, ids = r([[NAN, -5.0, -6.0]], cfg, bias=torch.tensor([100.0, 0.0, 0.0]))

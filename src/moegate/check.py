@@ -9,7 +9,7 @@ import torch
 from moegate._checks import _check_bias, _check_logits, _check_num_valid_tokens
 from moegate.config import RouterConfig
 from moegate.layout import ExpertLayout
-from moegate.reference import route_reference, scores_and_keys, shared_columns, valid_rows
+from moegate.reference import outside_domain, route_reference, scores_and_keys, shared_columns, valid_rows
 
 
 class Violation(NamedTuple):
@@ -80,7 +80,10 @@ def check_routing(
     -1 / 0. Given
     ``logits`` (and ``bias``, ...), it also recomputes the selection with the fp32 reference: the same experts
     (up to near-ties within ``rtol``) and the same weights (``rtol``/``atol``). With hash routing and
-    ``token_ids``/``hash_table`` it checks the ids against the table.
+    ``token_ids``/``hash_table`` it checks the ids against the table. A row with a +inf logit (after step 1) is
+    outside the contract's domain: given ``logits``, such a row is checked for its ids only (K distinct routed
+    experts in the id space, the shared ids, the hash table's ids); its weights and its choice among the experts
+    are unspecified (SPEC.md, step 2).
 
     Reads the tensors on the host; not for the hot path. ``strict=True`` raises RoutingCheckError.
     """
@@ -106,6 +109,9 @@ def check_routing(
             f"{tuple(ids_c.shape)} and {tuple(weights_c.shape)}")
         return _finish(found, strict)
     T = ids_c.shape[0]
+    if logits is not None and logits.shape[0] != T:
+        raise ValueError(f"check_routing: logits has {logits.shape[0]} rows, the routing {T}: pass the logits it was "
+                         "routed from")
     if isinstance(num_valid_tokens, torch.Tensor):  # the checker reads everything on the host
         _check_num_valid_tokens(num_valid_tokens, T, num_valid_tokens.device)
         num_valid_tokens = int(num_valid_tokens.reshape(()).cpu())
@@ -121,10 +127,12 @@ def check_routing(
                 f"weight {float(w64[t, col])}")
 
     live = valid.clone()
+    # Rows with a +inf logit: ids checked like every live row's, weights and selection unspecified.
+    defined = live & ~outside_domain(logits.detach().cpu(), config) if logits is not None else live
     out_of_space = live.unsqueeze(1) & ((ids64 < 0) | (ids64 >= space))
     for t, col in torch.nonzero(out_of_space).tolist():
         add(t, col, "id range", f"id {int(ids64[t, col])} is outside the id space [0, {space})")
-    bad_w = live.unsqueeze(1) & (~torch.isfinite(w64) | (w64 < 0))
+    bad_w = defined.unsqueeze(1) & (~torch.isfinite(w64) | (w64 < 0))
     for t, col in torch.nonzero(bad_w).tolist():
         add(t, col, "weight", f"weight {float(w64[t, col])} is not finite and >= 0")
 
@@ -145,7 +153,7 @@ def check_routing(
             wrong_id = live & (ids64[:, col] != expected_ids[j])
             for t in torch.nonzero(wrong_id).flatten().tolist():
                 add(t, col, "shared id", f"shared column {j} must hold id {expected_ids[j]}, got {int(ids64[t, col])}")
-            wrong_w = live & ((w64[:, col] - expected_w).abs() > atol + rtol * expected_w)
+            wrong_w = defined & ((w64[:, col] - expected_w).abs() > atol + rtol * expected_w)
             for t in torch.nonzero(wrong_w).flatten().tolist():
                 add(t, col, "shared weight", f"shared weight must be {expected_w:.8g} "
                     f"({'shared_expert_scale' if layout.scale == 'in_weights' else 'shared_expert_scale / rsf'}), "
@@ -166,7 +174,7 @@ def check_routing(
             ref_w, _ = _reference(logits, bias, token_ids, hash_table, expert_scale, config, layout)
             want = _norm(ref_w[:, :K] / target, config.renorm_p)
             off = (norm - want).abs() > 1e-5 * want.clamp(min=1.0)
-        for t in torch.nonzero(live & off).flatten().tolist():
+        for t in torch.nonzero(defined & off).flatten().tolist():
             add(t, -1, "renormalize", f"routed weights must sum to {float(want[t]) * target:.8g} "
                 f"(norm p={config.renorm_p}), got {float(norm[t]) * target:.8g}")
 
@@ -182,7 +190,7 @@ def check_routing(
 
     if logits is not None:
         _check_against_reference(found, add, logits, bias, token_ids, hash_table, expert_scale, config, layout,
-                                 live, logical, w64, rtol, atol)
+                                 defined, logical, w64, rtol, atol)
     return _finish(found, strict)
 
 

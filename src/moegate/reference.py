@@ -23,9 +23,7 @@ def scores_and_keys(
     logits: torch.Tensor, config: RouterConfig, bias: torch.Tensor | None, dtype: torch.dtype = torch.float32
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Steps 1-3: the scores s (weights come from these) and the selection keys. Both [T, W], ``dtype``."""
-    x = logits.to(dtype) * config.logit_scale  # [T, W]
-    if config.softcap is not None:
-        x = config.softcap * torch.tanh(x / config.softcap)
+    x = _scaled_logits(logits, config, dtype)  # [T, W]
     # NaN counts as -inf: score 0, key -inf, and the softmax of the other experts is undisturbed.
     dead = torch.isnan(x) | (x == float("-inf"))  # [T, W]
     x = x.masked_fill(dead, float("-inf"))
@@ -45,6 +43,20 @@ def scores_and_keys(
         key = key + bias.to(dtype)  # [T, W]
     key = key.masked_fill(dead, float("-inf"))
     return s, key
+
+
+def _scaled_logits(logits: torch.Tensor, config: RouterConfig, dtype: torch.dtype) -> torch.Tensor:
+    """Step 1: logit_scale, then the softcap. [T, W], ``dtype``."""
+    x = logits.to(dtype) * config.logit_scale
+    if config.softcap is not None:
+        x = config.softcap * torch.tanh(x / config.softcap)
+    return x
+
+
+def outside_domain(logits: torch.Tensor, config: RouterConfig) -> torch.Tensor:
+    """[T] bool: rows with a +inf logit after step 1 (a softcap maps +inf to c, which is inside). Such rows are
+    outside the contract's domain: their ids are still K distinct valid experts, their weights unspecified."""
+    return (_scaled_logits(logits, config, torch.float32) == float("inf")).any(dim=1)
 
 
 def _stable_order(key: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:

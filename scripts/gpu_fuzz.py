@@ -1,0 +1,196 @@
+"""The fused kernel against the fp32 reference on random configs, layouts and inputs, up to T = 65536, on a GPU.
+
+    python scripts/gpu_fuzz.py [--seconds 240] [--seed 0] [--max-tokens 65536] [--cases N]
+
+The kernel tests run a fixed grid on tie-free logits (multiples of 1/32) and biases in steps of 1/64, at T <= 1024.
+The launcher takes other paths at large T (fast keys from T * lanes >= 2^24, the kept-groups rounds, split rows,
+two-warp programs, register caps), and real logits are normal draws with ties in bf16 and fp16. Each case here draws:
+
+- a RouterConfig over the contract's knobs at real models' widths (8 to 1024 experts; groups, K up to 32, scorings,
+  selection on logits, scale and softcap, renormalization modes, rsf, shared experts, zero experts, hash routing);
+- a layout (shared slots none / global / per rank, EP 1-8, EPLB replicas and policies, rsf on the output);
+- logits N(0, s^2) with s in {0.3, 1, 4} in fp32 / bf16 / fp16, a few rows with NaN, -inf, +inf or repeated values;
+- a bias like the models' (N(0, 0.1^2), DeepSeek-like offsets of +2, or negative enough to push keys below 0), fp32
+  or bf16; T from 1 to --max-tokens; num_valid_tokens absent, an int, or a device scalar.
+
+The kernel writes into poisoned outputs; every element must be written, every row must route to the reference's ids
+(a row that differs is run through check_routing, which forgives near-ties within rtol 1e-5 of the keys and nothing
+else), and the weights must be within 1e-6 relative (4e-6 for p-norms) of the reference's. A failing case prints
+how to rebuild it (its seed); the exit status is the number of failing cases (capped at 100).
+"""
+
+import argparse
+import random
+import sys
+import time
+
+import torch
+
+from moegate import ExpertLayout, ExpertPlacement, RouterConfig, check_routing, route
+
+WIDTHS = (8, 16, 32, 60, 64, 72, 96, 128, 160, 256, 288, 384, 512, 640, 896, 1024)
+TOKENS = (1, 2, 7, 33, 64, 200, 1000, 2048, 4096, 5000, 8192, 16384, 32768, 65536)
+
+
+def draw_config(rng: random.Random, max_width: int) -> RouterConfig:
+    """A valid config (draws again where RouterConfig refuses a combination)."""
+    while True:
+        try:
+            return _draw_config(rng, max_width)
+        except ValueError:
+            continue
+
+
+def _draw_config(rng: random.Random, max_width: int) -> RouterConfig:
+    W = rng.choice([w for w in WIDTHS if w <= max_width])
+    zero = rng.choice((0,) * 9 + (min(W // 4, 64),)) if W >= 16 else 0
+    groups = [g for g in (1, 2, 4, 8, 16, 32) if W % g == 0 and W // g >= 2] if not zero else [1]
+    n_group = rng.choice(groups + [1] * len(groups))
+    topk_group = rng.randint(1, n_group)
+    E = W - zero
+    routing = "hash" if (not zero and rng.random() < 0.05) else "topk"
+    max_k = topk_group * (W // n_group) if n_group > 1 else W
+    K = rng.randint(1, min(32, max_k, E if routing == "hash" else max_k))
+    scoring = rng.choice(("softmax", "sigmoid", "sigmoid", "sqrtsoftplus"))
+    p = rng.choice((1.0,) * 9 + (2.0,))
+    return RouterConfig(
+        E, K, scoring=scoring,
+        selection=rng.choice(("scores",) * 9 + ("logits",)),
+        logit_scale=rng.choice((1.0,) * 9 + (0.5,)),
+        softcap=rng.choice((None,) * 9 + (30.0,)),
+        has_correction_bias=rng.random() < (0.3 if scoring == "softmax" else 0.8),
+        n_group=n_group, topk_group=topk_group,
+        group_score=rng.choice(("top2_sum", "top2_sum", "max")),
+        group_fill=rng.choice(("exclude",) * 4 + ("zero",)),
+        renormalize=rng.random() < 0.7,
+        renorm_eps=rng.choice((1e-20, 1e-20, 0.0, 1e-6)),
+        renorm_eps_mode=rng.choice(("add",) * 4 + ("clamp",)),
+        renorm_p=p,
+        routed_scaling_factor=rng.choice((1.0, 2.5, 2.827, 0.5)),
+        num_shared_experts=rng.choice((0, 0, 1, 2)),
+        routing=routing,
+        has_expert_scale=not zero and rng.random() < 0.1,
+        num_zero_experts=zero,
+    )
+
+
+def draw_layout(rng: random.Random, config: RouterConfig) -> tuple[ExpertLayout, int]:
+    E = config.num_experts
+    shared = rng.choice(("none", "global", "per_rank")) if config.num_shared_experts else "none"
+    if config.num_zero_experts:  # zero experts take the default layout
+        return ExpertLayout(), 0
+    placement = None
+    if rng.random() < 0.3:
+        extra = [rng.randrange(E) for _ in range(rng.choice((1, 8, E // 4 or 1)))]
+        table = list(range(E)) + extra
+        rng.shuffle(table)
+        placement = ExpertPlacement(tuple(table), E)
+    P = E if placement is None else placement.num_physical
+    ep = rng.choice([d for d in (1, 2, 4, 8) if P % d == 0])
+    layout = ExpertLayout(shared_slots=shared, ep_size=ep, placement=placement,
+                          replica_policy=rng.choice(("round_robin", "home_rank", "first")),
+                          scale=rng.choice(("in_weights",) * 3 + ("on_output",)))
+    return layout, rng.randrange(ep)
+
+
+def draw_inputs(rng: random.Random, config: RouterConfig, T: int, device: str) -> dict:
+    g = torch.Generator(device=device).manual_seed(rng.randrange(2**31))
+    W = config.num_scored
+    dtype = rng.choice((torch.float32, torch.float32, torch.bfloat16, torch.float16))
+    x = torch.randn(T, W, generator=g, device=device) * rng.choice((0.3, 1.0, 4.0))
+    if T >= 4 and rng.random() < 0.3:  # a few special rows
+        rows = torch.randint(0, T, (max(1, T // 500),), generator=g, device=device)
+        kind = rng.choice(("nan", "-inf", "+inf", "repeat"))
+        cols = torch.randint(0, W, (rows.numel(), max(1, W // 8)), generator=g, device=device)
+        value = {"nan": float("nan"), "-inf": float("-inf"), "+inf": float("inf"), "repeat": 0.75}[kind]
+        x[rows[:, None], cols] = value
+    kw = {"logits": x.to(dtype)}
+    if config.has_correction_bias:
+        b = torch.randn(W, generator=g, device=device) * 0.1
+        b = b + rng.choice((0.0, 0.0, 2.0, -1.5))
+        kw["bias"] = b.to(rng.choice((torch.float32, torch.float32, torch.bfloat16)))
+    if config.has_expert_scale:
+        kw["expert_scale"] = 0.5 + torch.rand(config.num_experts, generator=g, device=device)
+    if config.routing == "hash":
+        vocab = 97
+        kw["hash_table"] = torch.rand(vocab, config.num_experts, generator=g, device=device).argsort(dim=1)[
+            :, : config.top_k].to(torch.int32)
+        kw["token_ids"] = torch.randint(0, vocab, (T,), generator=g, device=device)
+    nv = rng.choice((None, None, "int", "tensor"))
+    if nv is not None:
+        n = rng.randint(0, T)
+        kw["num_valid_tokens"] = n if nv == "int" else torch.tensor([n], device=device)
+    return kw
+
+
+def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTHS)) -> tuple[str, str | None]:
+    """(description, None) when the kernel routes like the reference, else (description, what differs)."""
+    rng = random.Random(seed)
+    config = draw_config(rng, max_width)
+    layout, home_rank = draw_layout(rng, config)
+    T = rng.choice([t for t in TOKENS if t <= max_tokens])
+    kw = draw_inputs(rng, config, T, device)
+    logits = kw.pop("logits")
+    nv = kw.get("num_valid_tokens")
+    desc = (f"seed={seed} T={T} {str(logits.dtype)[6:]} {config} {layout} home_rank={home_rank} "
+            f"bias={None if 'bias' not in kw else str(kw['bias'].dtype)[6:]} num_valid={nv if nv is None else int(nv)}")
+    width = config.top_k + layout.num_shared_columns(config.num_shared_experts)
+    out = (torch.full((T, width), float("nan"), device=device), torch.full((T, width), -7, dtype=torch.int32,
+                                                                          device=device))
+    got = route(logits, config, layout, backend="triton", out=out, home_rank=home_rank, **kw)
+    want = route(logits, config, layout, backend="reference", home_rank=home_rank, **kw)
+    gw, gi, ww, wi = got.weights, got.ids, want.weights.float(), want.ids
+    if torch.isnan(gw).any() or (gi == -7).any():
+        return desc, "an output element was never written"
+    bad = ~(gi == wi).all(dim=1)
+    if bad.any():
+        rows = bad.nonzero().flatten()[:64]
+        live = rows if nv is None else rows[rows < int(nv)]
+        if len(live) < len(rows):
+            return desc, f"padded rows differ: {rows[rows >= int(nv)][:4].tolist()}"
+        sub = {k: (v[live] if k == "token_ids" else v) for k, v in kw.items() if k != "num_valid_tokens"}
+        found = check_routing(gw[live].cpu(), gi[live].cpu(), config, layout, logits=logits[live].cpu(),
+                              home_rank=home_rank, **{k: v.cpu() for k, v in sub.items()})
+        if found:
+            r = int(live[found[0].row]) if found[0].row >= 0 else -1
+            return desc, (f"{int(bad.sum())} rows differ from the reference; check_routing on them: {found[0]} "
+                          f"(row {r}: kernel {gi[r].tolist()} reference {wi[r].tolist()})")
+    same = ~bad
+    rtol = 4e-6 if config.renorm_p != 1.0 else 1e-6
+    err = (gw[same] - ww[same]).abs() - (1e-7 + rtol * ww[same].abs())
+    if err.numel() and float(err.max()) > 0:
+        r, c = divmod(int(err.argmax()), width)
+        row = int(same.nonzero().flatten()[r])
+        return desc, (f"weights off by more than rtol {rtol}: row {row} column {c}: {float(gw[row, c]):.9g} against "
+                      f"{float(ww[row, c]):.9g}")
+    return desc, None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=240.0, help="stop drawing new cases after this long")
+    p.add_argument("--cases", type=int, default=None, help="at most this many cases")
+    p.add_argument("--seed", type=int, default=0, help="case i has seed SEED + i")
+    p.add_argument("--max-tokens", type=int, default=65536)
+    p.add_argument("--max-width", type=int, default=max(WIDTHS), help="widest logits row drawn (experts + zero experts)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="cpu runs the kernel under TRITON_INTERPRET=1 (set it before starting; keep --max-tokens small)")
+    a = p.parse_args(argv)
+    start, failures, n = time.time(), [], 0
+    while time.time() - start < a.seconds and (a.cases is None or n < a.cases):
+        seed = a.seed + n
+        n += 1
+        try:
+            desc, problem = run_case(seed, a.max_tokens, a.device, a.max_width)
+        except Exception as exc:  # a refused config is a result too: say which
+            desc, problem = f"seed={seed}", f"{type(exc).__name__}: {exc}"
+        if problem is not None:
+            failures.append((desc, problem))
+            print(f"FAIL {desc}\n     {problem}", flush=True)
+    print(f"{n} cases in {time.time() - start:.0f} s (seeds {a.seed}..{a.seed + n - 1}, T up to {a.max_tokens}): "
+          f"{len(failures)} failed")
+    return min(len(failures), 100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
