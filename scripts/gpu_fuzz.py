@@ -125,12 +125,13 @@ def draw_inputs(rng: random.Random, config: RouterConfig, T: int, device: str) -
     return kw
 
 
-def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTHS)) -> tuple[str, str | None]:
+def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTHS),
+             min_tokens: int = 1) -> tuple[str, str | None]:
     """(description, None) when the kernel routes like the reference, else (description, what differs)."""
     rng = random.Random(seed)
     config = draw_config(rng, max_width)
     layout, home_rank = draw_layout(rng, config)
-    T = rng.choice([t for t in TOKENS if t <= max_tokens])
+    T = rng.choice([t for t in TOKENS if min_tokens <= t <= max_tokens])
     kw = draw_inputs(rng, config, T, device)
     logits = kw.pop("logits")
     nv = kw.get("num_valid_tokens")
@@ -180,6 +181,7 @@ def main(argv=None) -> int:
     p.add_argument("--cases", type=int, default=None, help="at most this many cases")
     p.add_argument("--seed", type=int, default=0, help="case i has seed SEED + i")
     p.add_argument("--max-tokens", type=int, default=65536)
+    p.add_argument("--min-tokens", type=int, default=1, help="e.g. 16384: only the launches of the fast keys' range")
     p.add_argument("--max-width", type=int, default=max(WIDTHS),
                    help="widest logits row drawn (experts + zero experts)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
@@ -190,14 +192,14 @@ def main(argv=None) -> int:
         seed = a.seed + n
         n += 1
         try:
-            desc, problem = run_case(seed, a.max_tokens, a.device, a.max_width)
+            desc, problem = run_case(seed, a.max_tokens, a.device, a.max_width, a.min_tokens)
         except Exception as exc:  # a refused config is a result too: say which
             desc, problem = f"seed={seed}", f"{type(exc).__name__}: {exc}"
         if problem is not None:
             failures.append((desc, problem))
             print(f"FAIL {desc}\n     {problem}", flush=True)
-    print(f"{n} cases in {time.time() - start:.0f} s (seeds {a.seed}..{a.seed + n - 1}, T up to {a.max_tokens}): "
-          f"{len(failures)} failed")
+    print(f"{n} cases in {time.time() - start:.0f} s (seeds {a.seed}..{a.seed + n - 1}, "
+          f"T {a.min_tokens}..{a.max_tokens}): {len(failures)} failed")
     return min(len(failures), 100)
 
 
