@@ -7,7 +7,8 @@ The launcher takes other paths at large T (fast keys from T * lanes >= 2^24, the
 two-warp programs, register caps), and real logits are normal draws with ties in bf16 and fp16. Each case here draws:
 
 - a RouterConfig over the contract's knobs at real models' widths (8 to 1024 experts; groups, K up to 32, scorings,
-  selection on logits, scale and softcap, renormalization modes, rsf, shared experts, zero experts, hash routing);
+  selection on logits, scale and softcap, renormalization modes, rsf, shared experts, zero experts, hash routing),
+  or, one case in three, a real model's (a preset);
 - a layout (shared slots none / global / per rank, EP 1-8, EPLB replicas and policies, rsf on the output);
 - logits N(0, s^2) with s in {0.3, 1, 4} in fp32 / bf16 / fp16, a few rows with NaN, -inf, +inf or repeated values;
 - a bias like the models' (N(0, 0.1^2), DeepSeek-like offsets of +2, or negative enough to push keys below 0), fp32
@@ -27,7 +28,7 @@ import time
 
 import torch
 
-from moegate import ExpertLayout, ExpertPlacement, RouterConfig, check_routing, route
+from moegate import ExpertLayout, ExpertPlacement, RouterConfig, check_routing, preset, preset_names, route
 from moegate.reference import outside_domain
 
 WIDTHS = (8, 16, 32, 60, 64, 72, 96, 128, 160, 256, 288, 384, 512, 640, 896, 1024)
@@ -35,7 +36,11 @@ TOKENS = (1, 2, 7, 33, 64, 200, 1000, 2048, 4096, 5000, 8192, 16384, 32768, 6553
 
 
 def draw_config(rng: random.Random, max_width: int) -> RouterConfig:
-    """A valid config (draws again where RouterConfig refuses a combination)."""
+    """A valid config (draws again where RouterConfig refuses a combination); a third of them a real model's
+    (moegate's presets: the launcher's paths for Qwen3, Mixtral, DeepSeek, LongCat ... at their own widths)."""
+    models = [c for c in map(preset, preset_names()) if c.num_scored <= max_width]
+    if models and rng.random() < 1 / 3:
+        return rng.choice(models)
     while True:
         try:
             return _draw_config(rng, max_width)
