@@ -15,8 +15,9 @@ py=${PYTHON:-python3}
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
   "$py" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
 } 2>&1 | tee "$out/env.txt"
-if [ -f .peers/flashinfer-router.tar.xz ] && [ ! -d .peers/flashinfer-site ]; then
-  mkdir -p .peers/flashinfer-site && tar -C .peers/flashinfer-site --strip-components=1 -xJf .peers/flashinfer-router.tar.xz
+if [ -f .peers/flashinfer-router.tar.xz ]; then  # unpacked anew each call (a few seconds): never a stale or half copy
+  rm -rf .peers/flashinfer-site && mkdir -p .peers/flashinfer-site \
+    && tar -C .peers/flashinfer-site --strip-components=1 -xJf .peers/flashinfer-router.tar.xz
 fi
 test_rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then

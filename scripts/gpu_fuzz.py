@@ -148,28 +148,33 @@ def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTH
     got = route(logits, config, layout, backend="triton", out=out, home_rank=home_rank, **kw)
     want = route(logits, config, layout, backend="reference", home_rank=home_rank, **kw)
     gw, gi, ww, wi = got.weights, got.ids, want.weights.float(), want.ids
+    if (gi == -7).any():
+        return desc, "an output id was never written"
+    padded = torch.arange(T, device=device) >= (T if nv is None else int(nv))
+    if not ((gi[padded] == -1).all() and (gw[padded] == 0).all()):
+        return desc, f"padded rows not -1 / 0 exactly: {padded.nonzero().flatten()[:4].tolist()}"
     # Rows with a +inf logit are outside the domain: K distinct valid ids, weights unspecified (NaN allowed).
-    undefined = outside_domain(logits, config)
-    if (gi == -7).any() or torch.isnan(gw[~undefined]).any():
-        return desc, "an output element was never written"
-    bad = ~(gi == wi).all(dim=1) | undefined
-    if bad.any():
-        rows = bad.nonzero().flatten()[:256]
-        live = rows if nv is None else rows[rows < int(nv)]
-        if len(live) < len(rows):
-            pad = rows[rows >= int(nv)]
-            if not ((gi[pad] == -1).all() and (gw[pad] == 0).all()):
-                return desc, f"padded rows not -1 / 0: {pad[:4].tolist()}"
-        sub = {k: (v[live] if k == "token_ids" else v) for k, v in kw.items() if k != "num_valid_tokens"}
-        found = check_routing(gw[live].cpu(), gi[live].cpu(), config, layout, logits=logits[live].cpu(),
-                              home_rank=home_rank, **{k: v.cpu() for k, v in sub.items()})
+    undefined = outside_domain(logits, config) & ~padded
+    if torch.isnan(gw[~undefined]).any():
+        return desc, "an output weight was never written"
+    differ = ~(gi == wi).all(dim=1) & ~padded & ~undefined
+    if int(differ.sum()) > max(16, T // 50):  # near-ties are rare on these draws: more is a wrong routing
+        r = int(differ.nonzero()[0])
+        return desc, (f"{int(differ.sum())} of {T} rows differ from the reference (row {r}: kernel {gi[r].tolist()} "
+                      f"reference {wi[r].tolist()})")
+    rows = (differ | undefined).nonzero().flatten()
+    for lo in range(0, len(rows), 4096):  # every such row through check_routing: near-ties forgiven, nothing else
+        part = rows[lo:lo + 4096]
+        sub = {k: (v[part] if k == "token_ids" else v).cpu() for k, v in kw.items() if k != "num_valid_tokens"}
+        found = check_routing(gw[part].cpu(), gi[part].cpu(), config, layout, logits=logits[part].cpu(),
+                              home_rank=home_rank, **sub)
         if found:
-            r = int(live[found[0].row]) if found[0].row >= 0 else -1
-            return desc, (f"{int(bad.sum())} rows differ from the reference; check_routing on them: {found[0]} "
-                          f"(row {r}: kernel {gi[r].tolist()} reference {wi[r].tolist()})")
-    same = ~bad
-    if nv is not None:  # padded rows: -1 / 0 exactly, as the reference's
-        same = same | (torch.arange(T, device=device) >= int(nv))
+            where = ""
+            if found[0].row >= 0:
+                r = int(part[found[0].row])
+                where = f" (row {r}: kernel {gi[r].tolist()} reference {wi[r].tolist()})"
+            return desc, f"{len(rows)} rows differ from the reference; check_routing on them: {found[0]}{where}"
+    same = ~(differ | undefined) & ~padded
     rtol = 4e-6 if config.renorm_p != 1.0 else 1e-6
     err = (gw[same] - ww[same]).abs() - (1e-7 + rtol * ww[same].abs())
     if err.numel() and float(err.max()) > 0:

@@ -108,13 +108,17 @@ def test_checker_checks_only_the_ids_of_rows_outside_the_domain(scoring):
     w, ids = route(logits, cfg, layout, backend="reference")
     assert check_routing(w, ids, cfg, layout, logits=logits) == []
     other_w, other_ids = w.clone(), ids.clone()
-    other_ids[1, :2] = torch.tensor([0, 1])  # another choice, with NaN weights
-    other_w[1] = NAN
+    other_ids[1, :2] = torch.tensor([0, 1])  # another choice, with NaN routed weights
+    other_w[1, :2] = NAN
     assert check_routing(other_w, other_ids, cfg, layout, logits=logits) == []
     for col, value, what in ((1, 0, "distinct"), (0, 99, "id range"), (2, 0, "shared id")):
         bad = other_ids.clone()
         bad[1, col] = value
         assert {v.what for v in check_routing(other_w, bad, cfg, layout, logits=logits) if v.row == 1} == {what}
+    for value, whats in ((0.5, {"shared weight"}), (NAN, {"weight"})):  # shared weights do not depend on logits
+        bad_w = other_w.clone()
+        bad_w[1, 2] = value
+        assert {v.what for v in check_routing(bad_w, other_ids, cfg, layout, logits=logits) if v.row == 1} == whats
     wrong = w.clone()
     wrong[2, 0] += 0.25  # a row inside the domain is checked as ever
     assert any(v.row == 2 for v in check_routing(wrong, ids, cfg, layout, logits=logits))
@@ -126,6 +130,11 @@ def test_checker_checks_only_the_ids_of_rows_outside_the_domain(scoring):
     assert any(v.row == 1 for v in check_routing(cw, swapped, capped, layout, logits=logits))
     with pytest.raises(ValueError, match="logits has 3 rows"):
         check_routing(w, ids, cfg, layout, logits=logits[:3])
+    hashed = RouterConfig(8, 2, routing="hash")
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+    hw, hids = route(logits, hashed, token_ids=torch.tensor([0, 1, 0, 1]), hash_table=table, backend="reference")
+    with pytest.raises(ValueError, match="token_ids has 3 rows"):
+        check_routing(hw, hids, hashed, token_ids=torch.tensor([0, 1, 0]), hash_table=table)
 
 
 def test_nan_key_loses_even_with_a_large_bias():

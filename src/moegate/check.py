@@ -81,9 +81,9 @@ def check_routing(
     ``logits`` (and ``bias``, ...), it also recomputes the selection with the fp32 reference: the same experts
     (up to near-ties within ``rtol``) and the same weights (``rtol``/``atol``). With hash routing and
     ``token_ids``/``hash_table`` it checks the ids against the table. A row with a +inf logit (after step 1) is
-    outside the contract's domain: given ``logits``, such a row is checked for its ids only (K distinct routed
-    experts in the id space, the shared ids, the hash table's ids); its weights and its choice among the experts
-    are unspecified (SPEC.md, step 2).
+    outside the contract's domain: given ``logits``, such a row is checked for its ids (K distinct routed experts
+    in the id space, the shared ids, the hash table's ids) and its shared columns' weights, which do not depend on
+    the logits; its routed weights and its choice among the experts are unspecified (SPEC.md, step 2).
 
     Reads the tensors on the host; not for the hot path. ``strict=True`` raises RoutingCheckError.
     """
@@ -109,9 +109,10 @@ def check_routing(
             f"{tuple(ids_c.shape)} and {tuple(weights_c.shape)}")
         return _finish(found, strict)
     T = ids_c.shape[0]
-    if logits is not None and logits.shape[0] != T:
-        raise ValueError(f"check_routing: logits has {logits.shape[0]} rows, the routing {T}: pass the logits it was "
-                         "routed from")
+    for name, t in (("logits", logits), ("token_ids", token_ids)):
+        if t is not None and t.shape[0] != T:
+            raise ValueError(f"check_routing: {name} has {t.shape[0]} rows, the routing {T}: pass the {name} it was "
+                             "routed from")
     if isinstance(num_valid_tokens, torch.Tensor):  # the checker reads everything on the host
         _check_num_valid_tokens(num_valid_tokens, T, num_valid_tokens.device)
         num_valid_tokens = int(num_valid_tokens.reshape(()).cpu())
@@ -127,12 +128,14 @@ def check_routing(
                 f"weight {float(w64[t, col])}")
 
     live = valid.clone()
-    # Rows with a +inf logit: ids checked like every live row's, weights and selection unspecified.
+    # Rows with a +inf logit: ids and shared weights checked like every live row's; routed weights and the
+    # selection are unspecified.
     defined = live & ~outside_domain(logits.detach().cpu(), config) if logits is not None else live
     out_of_space = live.unsqueeze(1) & ((ids64 < 0) | (ids64 >= space))
     for t, col in torch.nonzero(out_of_space).tolist():
         add(t, col, "id range", f"id {int(ids64[t, col])} is outside the id space [0, {space})")
-    bad_w = defined.unsqueeze(1) & (~torch.isfinite(w64) | (w64 < 0))
+    checked = torch.cat([defined.unsqueeze(1).expand(T, K), live.unsqueeze(1).expand(T, C)], dim=1)  # [T, K + C]
+    bad_w = checked & (~torch.isfinite(w64) | (w64 < 0))
     for t, col in torch.nonzero(bad_w).tolist():
         add(t, col, "weight", f"weight {float(w64[t, col])} is not finite and >= 0")
 
@@ -153,7 +156,7 @@ def check_routing(
             wrong_id = live & (ids64[:, col] != expected_ids[j])
             for t in torch.nonzero(wrong_id).flatten().tolist():
                 add(t, col, "shared id", f"shared column {j} must hold id {expected_ids[j]}, got {int(ids64[t, col])}")
-            wrong_w = defined & ((w64[:, col] - expected_w).abs() > atol + rtol * expected_w)
+            wrong_w = live & ((w64[:, col] - expected_w).abs() > atol + rtol * expected_w)
             for t in torch.nonzero(wrong_w).flatten().tolist():
                 add(t, col, "shared weight", f"shared weight must be {expected_w:.8g} "
                     f"({'shared_expert_scale' if layout.scale == 'in_weights' else 'shared_expert_scale / rsf'}), "
