@@ -602,6 +602,15 @@ def test_flashinfer_column_covers_the_shapes_its_op_computes():
     assert not bench._flashinfer_covers(RouterConfig(385, 8, scoring="sigmoid", has_correction_bias=True))
 
 
+def test_flashinfer_is_optional(tmp_path, monkeypatch, capsys):
+    """Without .peers/flashinfer-site the bench goes on without the column and says how to get it."""
+    import moegate.bench as bench
+
+    monkeypatch.chdir(tmp_path)
+    assert bench._load_flashinfer() is None
+    assert "fetch_flashinfer_router.sh" in capsys.readouterr().out
+
+
 def test_flashinfer_output_is_checked_against_the_reference_in_any_column_order():
     """The peer's check compares each row's expert set (its columns in any order) with the fp32 reference's and
     reports the largest relative weight error on the rows that agree; a wrong expert is a counted row."""
