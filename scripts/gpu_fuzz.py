@@ -22,6 +22,7 @@ A failing case prints how to rebuild it (its seed); the exit status is the numbe
 """
 
 import argparse
+import collections
 import random
 import sys
 import time
@@ -29,6 +30,7 @@ import time
 import torch
 
 from moegate import ExpertLayout, ExpertPlacement, RouterConfig, check_routing, preset, preset_names, route
+from moegate.kernels import router as kr
 from moegate.reference import outside_domain
 
 WIDTHS = (8, 16, 32, 60, 64, 72, 96, 128, 160, 256, 288, 384, 512, 640, 896, 1024)
@@ -130,6 +132,24 @@ def draw_inputs(rng: random.Random, config: RouterConfig, T: int, device: str) -
     return kw
 
 
+def case_tags(seed: int, max_tokens: int, max_width: int = max(WIDTHS), min_tokens: int = 1) -> list[str]:
+    """What a case covers (the run's closing summary counts these): the case is drawn again from its seed, as
+    run_case draws it, and the launcher's own choices name its path."""
+    rng = random.Random(seed)
+    config = draw_config(rng, max_width)
+    draw_layout(rng, config)
+    T = rng.choice([t for t in TOKENS if min_tokens <= t <= max_tokens])
+    bg, bgs = kr._tile_shape(config)
+    split = kr._split_threads(config, T)
+    path = ("thread-rows" if kr._use_thread_rows(config) else f"split-rows-{split}" if split
+            else "rows-on-warps-{}x{}".format(*kr._launch_shape(T, bg * bgs)))
+    tags = [path, config.scoring, "grouped" if config.n_group > 1 else "ungrouped",
+            "preset" if config in {preset(n) for n in preset_names()} else "drawn"]
+    tags += ["T>=4096"] * (T >= 4096) + ["T*lanes>=2^24"] * (T * bg * bgs >= kr.APPROX_KEYS_MIN_LANE_ROWS)
+    tags += ["hash"] * (config.routing == "hash") + ["logits-selection"] * (config.selection == "logits")
+    return tags
+
+
 def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTHS),
              min_tokens: int = 1) -> tuple[str, str | None]:
     """(description, None) when the kernel routes like the reference, else (description, what differs)."""
@@ -199,7 +219,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    help="cpu: the kernel under TRITON_INTERPRET=1 (set it before starting; keep --max-tokens small)")
     a = p.parse_args(argv)
-    start, failures, n = time.time(), [], 0
+    start, failures, n, covered = time.time(), [], 0, collections.Counter()
     while time.time() - start < a.seconds and (a.cases is None or n < a.cases):
         seed = a.seed + n
         n += 1
@@ -207,11 +227,13 @@ def main(argv=None) -> int:
             desc, problem = run_case(seed, a.max_tokens, a.device, a.max_width, a.min_tokens)
         except Exception as exc:  # a refused config is a result too: say which
             desc, problem = f"seed={seed}", f"{type(exc).__name__}: {exc}"
+        covered.update(case_tags(seed, a.max_tokens, a.max_width, a.min_tokens))
         if problem is not None:
             failures.append((desc, problem))
             print(f"FAIL {desc}\n     {problem}", flush=True)
     print(f"{n} cases in {time.time() - start:.0f} s (seeds {a.seed}..{a.seed + n - 1}, "
           f"T {a.min_tokens}..{a.max_tokens}): {len(failures)} failed")
+    print("covered: " + ", ".join(f"{tag} {count}" for tag, count in sorted(covered.items())))
     return min(len(failures), 100)
 
 
