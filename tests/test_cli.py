@@ -340,9 +340,20 @@ def test_describe_spells_out_each_option():
 
 
 def test_env(capsys):
+    """The fields against facts read here, not against each other."""
+    import platform
+
+    import triton
+
+    import moegate
+
     got = run_json(capsys, "env")
-    assert got["torch"] == torch.__version__
-    assert got["auto_backend"] == ("triton" if got["gpus"] and got["triton"] else "reference")
+    assert got["torch"] == torch.__version__ and got["triton"] == triton.__version__
+    assert got["moegate"] == moegate.__version__ and got["python"] == platform.python_version()
+    cuda = torch.cuda.is_available()
+    assert len(got["gpus"]) == (torch.cuda.device_count() if cuda else 0)
+    assert got["auto_backend"] == ("triton" if cuda else "reference")
+    assert got["auto_backend_device"] == ("cuda" if cuda else "cpu")
 
 
 def test_bench_delegates_to_moegate_bench(capsys, monkeypatch):

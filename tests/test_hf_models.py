@@ -555,7 +555,7 @@ def _outcome(config, layer):
     try:
         return from_hf_config(config, layer=layer)
     except (ValueError, NotImplementedError) as e:
-        return type(e)
+        return type(e), str(e)
 
 
 ALIAS_CASES = [

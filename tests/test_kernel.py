@@ -406,22 +406,55 @@ def test_wide_key_ranges_take_the_exact_path(split, monkeypatch):
         run_both(logits.to(DEVICE), config, near_ties=config.has_correction_bias, **kw)
 
 
+def _spy_launches(monkeypatch):
+    """Record the keyword arguments (constexprs, launch options) of every kernel launch from here on; the
+    launches still run."""
+    import moegate.kernels.router as kr
+
+    seen = []
+    kernel = kr.rk._route_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                seen.append(kwargs)
+                return kernel[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(kr.rk, "_route_kernel", Spy())
+    return seen
+
+
 @pytest.mark.parametrize("tile_weights", [False, True])
 def test_weights_from_tile_and_from_gather(tile_weights, monkeypatch):
     """Both epilogues (weights read from the tile by the winning lanes, or recomputed from a gather of the
-    winners' logits) route like the reference, whatever T the heuristic would pick them at."""
+    winners' logits) route like the reference, whatever T the heuristic would pick them at. Two rows a program
+    on two warps: one row a program never takes the tile's weights (until 2026-12-04 the GPU lane launched one
+    row a program at T = 37 for every config, and the forced tile epilogue never ran there)."""
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, "tile_weights_override", tile_weights)
+    monkeypatch.setattr(kr, "launch_override", (2, 2))
+    monkeypatch.setattr(kr, "thread_rows_override", False)
+    monkeypatch.setattr(kr, "split_rows_override", 0)
+    seen = _spy_launches(monkeypatch)
     layout = ExpertLayout(shared_slots="global", scale="on_output")
-    for ci, (_name, config, tol) in enumerate(CONFIGS):
+    took = 0
+    for ci, (name, config, tol) in enumerate(CONFIGS):
         if config.num_zero_experts:
             continue
         T = 37 if FULL or ci % 2 else 5
         logits = tie_free_logits(T, config.num_scored, DTYPES[ci % len(DTYPES)], seed=ci)
         kw = extras(config, T, seed=ci)
+        seen.clear()
         run_both(logits, config.replace(num_shared_experts=1), layout, tol=tol, near_ties=config.has_correction_bias,
                  num_valid_tokens=T - 2, **kw)
+        # The tile holds no scores for logits selection, and p-norms take the gather's epilogue.
+        able = config.selection == "scores" and not (config.renormalize and config.renorm_p != 1.0)
+        assert [s["TILE_WEIGHTS"] for s in seen] == [tile_weights and able], name
+        assert seen[0]["BLOCK_M"] == 2 and seen[0]["num_warps"] == 2, name
+        took += seen[0]["TILE_WEIGHTS"]
+    assert took >= (10 if tile_weights else 0) and (tile_weights or took == 0)
 
 
 @pytest.mark.parametrize("min_lane_bits", [None, 6])
@@ -466,13 +499,22 @@ def _near_tie_sigmoid_rows(T, E, seed):
     return torch.cat([ulps, spread, pairs, spread * 40])  # the last: |x| up to 40, keys saturate
 
 
-@pytest.mark.parametrize("config", [
-    RouterConfig(64 if not FULL else 256, 8, scoring="sigmoid", has_correction_bias=True),
-    RouterConfig(64 if not FULL else 256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4),
-    RouterConfig(64 if not FULL else 256, 6, scoring="sigmoid", n_group=4, topk_group=2, group_fill="zero"),
-    RouterConfig(300 if not FULL else 896, 8, scoring="sigmoid", has_correction_bias=True),
-], ids=["bias", "groups-exclude", "groups-zero", "wide"])
-@pytest.mark.parametrize("repair", [True, False], ids=["repair", "redo"])
+_FAST_SIGMOID_CONFIGS = [
+    ("bias", RouterConfig(64 if not FULL else 256, 8, scoring="sigmoid", has_correction_bias=True)),
+    ("groups-exclude", RouterConfig(64 if not FULL else 256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8,
+                                    topk_group=4)),
+    ("groups-zero", RouterConfig(64 if not FULL else 256, 6, scoring="sigmoid", n_group=4, topk_group=2,
+                                 group_fill="zero")),
+    ("wide", RouterConfig(300 if not FULL else 896, 8, scoring="sigmoid", has_correction_bias=True)),
+]
+
+
+# The repair serves rows without groups only: grouped rows are redone whole (until 2026-12-04 they ran both ways,
+# the same launch twice).
+@pytest.mark.parametrize("config,repair", [
+    pytest.param(c, r, id=f"{'repair' if r else 'redo'}-{n}")
+    for n, c in _FAST_SIGMOID_CONFIGS for r in (True, False) if c.n_group == 1 or not r
+])
 def test_fast_sigmoid_keys_route_like_exact_keys(config, repair, monkeypatch):
     """One row a program selects on sigmoid keys from fast math and checks the margins between winners
     and groups: it must route exactly like the exact keys (every row forced down the exact path), also on
@@ -490,7 +532,9 @@ def test_fast_sigmoid_keys_route_like_exact_keys(config, repair, monkeypatch):
         kw["bias"] = torch.zeros_like(kw["bias"])
         kw["bias"][::3] = 1e-7  # keys shifted by about an ulp: near-ties across experts
     monkeypatch.setattr(kr, "approx_keys_override", True)
+    seen = _spy_launches(monkeypatch)
     fast = route(logits, config, backend="triton", **kw)
+    assert seen[0]["APPROX_KEYS"] and seen[0]["APPROX_REPAIR"] is repair
     monkeypatch.setattr(kr, "force_exact_override", True)
     exact = route(logits, config, backend="triton", **kw)
     torch.testing.assert_close(fast.ids, exact.ids, rtol=0, atol=0)
@@ -1189,6 +1233,8 @@ def test_bias_early_routes_bit_for_bit_like_without(monkeypatch):
                          topk_group=4 if FULL else 2),
             RouterConfig(32, 4, scoring="sqrtsoftplus", has_correction_bias=True))  # packed rows on the GPU
     g = torch.Generator().manual_seed(12)
+    seen = _spy_launches(monkeypatch)
+    fast_keys = 0
     for config in cfgs:
         W = config.num_experts
         for T in ((1, 16, 37, 4096) if FULL else (1, 37)):  # T = 16: the launcher's fast sqrt-softplus keys
@@ -1198,15 +1244,23 @@ def test_bias_early_routes_bit_for_bit_like_without(monkeypatch):
                                                               "fma_keys_override": True}):
                 for name, value in keys.items():
                     monkeypatch.setattr(kr, name, value)
+                seen.clear()
                 monkeypatch.setattr(kr, "bias_early_override", True)
                 got = route(x, config, backend="triton", bias=bias, num_valid_tokens=T - 1)
                 monkeypatch.setattr(kr, "bias_early_override", False)
-                assert_identical(got, route(x, config, backend="triton", bias=bias, num_valid_tokens=T - 1))
+                again = route(x, config, backend="triton", bias=bias, num_valid_tokens=T - 1)
+                assert [s["BIAS_EARLY"] for s in seen] == [True, False], (config, T, keys)
+                # Fast keys only on one row a program: packed rows take the exact ones (the same launch as {}).
+                assert seen[0]["APPROX_KEYS"] is (keys.get("approx_keys_override", seen[0]["APPROX_KEYS"])
+                                                   and seen[0]["BLOCK_M"] == 1), (config, T, keys)
+                fast_keys += seen[0]["APPROX_KEYS"]
+                assert_identical(got, again)
                 for name in keys:
                     monkeypatch.setattr(kr, name, None)
             monkeypatch.setattr(kr, "bias_early_override", True)
             run_both(x, config, bias=bias)
             monkeypatch.setattr(kr, "bias_early_override", None)
+    assert fast_keys >= (6 if FULL else 3)
 
 
 def test_kept_only_where_the_launcher_takes_it(monkeypatch):
@@ -1455,13 +1509,20 @@ def _thread_row_configs():
 def _every_layout_padded(config, tol, tokens, n_layouts=5, only=None):
     """Route like the reference under the first ``n_layouts`` layouts (or those at the indices ``only``; fp32 and
     bf16 logits in turn) at each T in ``tokens``, the last three rows padding: rows from num_valid_tokens on get
-    ids -1 and weights 0 (an int here, a device scalar in the CUDA-graph test)."""
+    ids -1 and weights 0 (an int here, a device scalar in the CUDA-graph test). Zero experts take the default
+    layout only: they route under it once for each dtype the chosen layouts would have used (until 2026-12-04 they
+    skipped every other layout, and a call that chose none of the first routed nothing)."""
+    runs = []
     for li, ((lname, layout, S), dtype) in enumerate(zip(_layouts(config.num_experts)[:n_layouts],
                                                          (torch.float32, torch.bfloat16) * 3, strict=False)):
         if only is not None and li not in only:
             continue
-        if config.num_zero_experts and lname != "default":
-            continue
+        if config.num_zero_experts:
+            lname, layout, S = _layouts(config.num_experts)[0]
+        if (lname, dtype) not in [(r[0], r[3]) for r in runs]:
+            runs.append((lname, layout, S, dtype))
+    assert runs, (only, n_layouts)
+    for _lname, layout, S, dtype in runs:
         for seed, T in enumerate(tokens):
             logits = tie_free_logits(T, config.num_scored, dtype, seed)
             run_both(logits, config.replace(num_shared_experts=S), layout, tol=tol,
