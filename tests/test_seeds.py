@@ -234,6 +234,44 @@ def test_checker_forgives_near_tied_columns_and_needs_both_hash_tensors():
         check_routing(w, ids, hashed, token_ids=tids)
 
 
+def test_checker_near_ties_are_relative_to_the_keys():
+    """Keys of 2e-7 and 2e-10 (softmax scores far below the winners) are no near-tie: an absolute tolerance of 1e-6
+    forgave a wrong third expert here. Keys within rtol of their size still pass either way, a bias counted in."""
+    cfg = RouterConfig(8, 3)
+    x = torch.tensor([[10.0, 9.0, -5.0, -12.0, -12.0, -12.0, -12.0, -12.0]])
+    w, ids = route(x, cfg, backend="reference")
+    assert ids[0].tolist() == [0, 1, 2]
+    wrong_ids, wrong_w = ids.clone(), w.clone()
+    wrong_ids[0, 2] = 7
+    s = torch.softmax(x, dim=1)[0]
+    wrong_w[0, 2] = s[7] / (s[0] + s[1] + s[7])
+    assert {v.what for v in check_routing(wrong_w, wrong_ids, cfg, logits=x)} == {"selection"}
+    biased = RouterConfig(4, 1, scoring="sigmoid", has_correction_bias=True, renormalize=False)
+    x = torch.tensor([[0.0, 0.0, -4.0, -4.0]])
+    bias = torch.tensor([100.0, 100.0 + 1e-4, 0.0, 0.0])  # keys 100.5 and 100.5001: within 1e-5 of 100.5
+    w, ids = route(x, biased, bias=bias, backend="reference")
+    assert ids.tolist() == [[1]]
+    assert check_routing(w, torch.zeros_like(ids), biased, logits=x, bias=bias) == []
+
+
+def test_checker_refuses_arguments_that_do_not_fit():
+    """Arguments route() refuses are refused here too (not reported as violations of correct output)."""
+    cfg = RouterConfig(8, 2, scoring="sigmoid", has_expert_scale=True)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(3))
+    scale = torch.rand(8, generator=torch.Generator().manual_seed(4)) + 0.5
+    w, ids = route(x, cfg, expert_scale=scale, backend="reference")
+    assert check_routing(w, ids, cfg, logits=x, expert_scale=scale) == []
+    assert check_routing(w, ids, cfg) == []  # without logits: the scale multiplies after the norm, sum unchecked
+    with pytest.raises(ValueError, match="expert_scale"):
+        check_routing(w, ids, cfg, logits=x)
+    two = ExpertLayout(shared_slots="per_rank", ep_size=2)
+    with pytest.raises(ValueError, match="home_rank"):
+        check_routing(w, ids, cfg.replace(num_shared_experts=1), two, home_rank=5)
+    other = ExpertLayout(placement=ExpertPlacement(tuple(range(6)), 6))
+    with pytest.raises(ValueError, match="placement covers num_experts=6"):
+        check_routing(w, ids, cfg, other)
+
+
 def test_checker_flags_each_kind_without_logits():
     """Every invariant check_routing holds without logits, each on one corruption of correct output (and the
     selection and hash checks with them): a checker that lets one of these through lets a real bug through."""

@@ -169,11 +169,38 @@ def test_hash_tables_made_under_inference_mode_route():
         call(config=cfg, token_ids=tids, hash_table=bad)
 
 
+def test_cpu_hash_tables_are_checked_on_every_call():
+    """A CPU table is checked each call: writes that torch's version counter misses (shared numpy memory, .data,
+    an inference tensor) still raise (SPEC: only CUDA tables are checked once)."""
+    np = pytest.importorskip("numpy")
+    cfg = RouterConfig(num_experts=8, top_k=2, routing="hash")
+    tids = torch.tensor([0, 1, 1, 0])
+    arr = np.array([[0, 1], [2, 3]])
+    table = torch.from_numpy(arr)
+    with torch.inference_mode():
+        frozen = torch.tensor([[0, 1], [2, 3]])
+    plain = torch.tensor([[0, 1], [2, 3]])
+    for t in (table, frozen, plain):
+        assert call(config=cfg, token_ids=tids, hash_table=t).ids.tolist() == [[0, 1], [2, 3], [2, 3], [0, 1]]
+    arr[1] = [5, 5]
+    with pytest.raises(ValueError, match="repeats"):
+        call(config=cfg, token_ids=tids, hash_table=table)
+    with torch.inference_mode():
+        frozen[0, 1] = 0
+    with pytest.raises(ValueError, match="repeats"):
+        call(config=cfg, token_ids=tids, hash_table=frozen)
+    plain.data[0, 0] = 8
+    with pytest.raises(ValueError, match=r"hash_table\[0, 0\] = 8 is outside"):
+        call(config=cfg, token_ids=tids, hash_table=plain)
+
+
 def test_hash_table_views_are_checked_once_each(monkeypatch):
-    """Engines pass tables[layer], a new view each call: each layer's table is checked on the host once, not on
-    every call (a device-to-host copy on CUDA), and again only after a write into the stacked tables."""
+    """Engines pass tables[layer], a new view each call: each CUDA table is checked on the host once, not on
+    every call (a device-to-host copy), and again only after a write into the stacked tables. The cache is
+    exercised here on CPU tables, which by default are checked every call."""
     import moegate._checks as checks
 
+    monkeypatch.setattr(checks, "_checks_once", lambda table: True)
     class Counting(dict):
         sets = 0
 

@@ -2,7 +2,7 @@
 
 Every function raises ``ValueError`` (``TypeError`` for dtypes) whose message names the argument, the
 value it got and the range it allows. Nothing here synchronises with a device: values that live on a
-GPU are checked only where SPEC.md says so (hash tables, once per table, on the host).
+GPU are checked only where SPEC.md says so (hash tables, once per CUDA table, on the host).
 """
 
 from __future__ import annotations
@@ -208,11 +208,13 @@ def _check_hash_table(hash_table, num_experts: int, top_k: int, device: torch.de
         # A traced graph has no table contents to read (nor data pointers to key the cache on): under torch.compile
         # the fused op checks the table when the graph runs (kernels.router._route_op).
         return
-    key, owner = _table_key(hash_table, num_experts)
-    seen = _CHECKED_TABLES.get(key)
-    version = _version_of(hash_table)
-    if seen is not None and seen[0]() is owner and seen[1] == version:
-        return
+    cached = _checks_once(hash_table)
+    if cached:
+        key, owner = _table_key(hash_table, num_experts)
+        seen = _CHECKED_TABLES.get(key)
+        version = _version_of(hash_table)
+        if seen is not None and seen[0]() is owner and seen[1] == version:
+            return
     if hash_table.is_cuda and torch.cuda.is_current_stream_capturing():
         raise ValueError("hash_table: a CUDA table is checked on the host the first time route() sees it (and after "
                          "an in-place write), which cannot run while a CUDA graph is captured: call route() once "
@@ -229,9 +231,17 @@ def _check_hash_table(hash_table, num_experts: int, top_k: int, device: torch.de
     if bool(repeats.any()):
         row = int(repeats.nonzero()[0, 0])
         raise ValueError(f"hash_table row {row} repeats an expert: {table[row].tolist()}")
-    for dead in [k for k, (ref, _v) in _CHECKED_TABLES.items() if ref() is None]:
-        del _CHECKED_TABLES[dead]
-    _CHECKED_TABLES[key] = (weakref.ref(owner), version)
+    if cached:
+        for dead in [k for k, (ref, _v) in _CHECKED_TABLES.items() if ref() is None]:
+            del _CHECKED_TABLES[dead]
+        _CHECKED_TABLES[key] = (weakref.ref(owner), version)
+
+
+def _checks_once(hash_table: torch.Tensor) -> bool:
+    """Whether a table's check is cached (until an in-place write that its version counter sees): CUDA tables only,
+    whose check copies the table to the host. A CPU table is checked on every call, so no write goes unseen (numpy's
+    shared memory, ``.data``, an inference tensor have no version the cache could watch)."""
+    return hash_table.is_cuda
 
 
 def _version_of(tensor: torch.Tensor) -> int:

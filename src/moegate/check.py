@@ -6,9 +6,9 @@ from typing import NamedTuple
 
 import torch
 
-from moegate._checks import _check_bias, _check_logits, _check_num_valid_tokens
+from moegate._checks import _check_bias, _check_expert_scale, _check_home_rank, _check_logits, _check_num_valid_tokens
 from moegate.config import RouterConfig
-from moegate.layout import ExpertLayout
+from moegate.layout import ExpertLayout, _check_layout_for
 from moegate.reference import outside_domain, route_reference, scores_and_keys, shared_columns, valid_rows
 
 
@@ -85,6 +85,13 @@ def check_routing(
     in the id space, the shared ids, the hash table's ids) and its shared columns' weights, which do not depend on
     the logits; its routed weights and its choice among the experts are unspecified (SPEC.md, step 2).
 
+    Near-ties: two keys within ``rtol`` of their size (|score| + |bias|, or |logit| + |bias| selecting on logits)
+    may be chosen either way, and equal keys too: the checker does not test the lower-id tie rule (the kernel tests
+    do). Without ``logits``, a renormalized row whose routed weights are all 0 passes (all-NaN logits give it), and
+    with ``has_expert_scale`` the sum is not checked (the scale multiplies after the norm).
+    The layout must fit the config and ``home_rank`` lie in [0, ep_size); given ``logits``, a config's bias and
+    expert_scale are required, as route() requires them.
+
     Reads the tensors on the host; not for the hot path. ``strict=True`` raises RoutingCheckError.
     """
     layout = layout or ExpertLayout()
@@ -93,9 +100,14 @@ def check_routing(
         missing = "token_ids" if token_ids is None else "hash_table"
         raise ValueError(f"check_routing: hash routing checks the ids against hash_table[token_ids]: {missing} is "
                          "missing (pass both, or neither to skip that check)")
+    if not isinstance(layout, ExpertLayout):
+        raise TypeError(f"layout must be an ExpertLayout or None, got {type(layout).__name__}")
+    _check_layout_for(layout, config)
+    _check_home_rank(home_rank, layout.ep_size)
     if logits is not None:
         _check_logits(logits, config.num_scored)
         _check_bias(bias, config.has_correction_bias, config.num_scored, logits.device)
+        _check_expert_scale(expert_scale, config.has_expert_scale, config.num_experts, logits.device)
 
     def add(row: int, col: int, what: str, why: str) -> None:
         found.append(Violation(int(row), int(col), what, why))
@@ -162,7 +174,7 @@ def check_routing(
                     f"({'shared_expert_scale' if layout.scale == 'in_weights' else 'shared_expert_scale / rsf'}), "
                     f"got {float(w64[t, col]):.8g}")
 
-    if config.renormalize and expert_scale is None:
+    if config.renormalize and not config.has_expert_scale:  # expert_scale multiplies after the norm
         target = config.routed_scaling_factor if layout.scale == "in_weights" else 1.0
         norm = _norm(w64[:, :K] / target, config.renorm_p)
         if logits is None or (config.routing == "hash" and hash_table is None):
@@ -206,16 +218,23 @@ def _check_against_reference(found, add, logits, bias, token_ids, hash_table, ex
     ref_w, ref_ids = _reference(logits, bias, token_ids, hash_table, expert_scale, config, layout)
     bias_c = None if bias is None else bias.detach().cpu()
     _, key = scores_and_keys(logits.detach().cpu(), config, bias_c)  # [T, W]
+    # A key's size for the near-tie test: |s| + |b| (|x| + |b| selecting on logits), what its fp32 rounding scales
+    # with. Relative, not absolute: softmax keys of 1e-10 and 2e-7 are no near-tie. FTZ'd denormals are.
+    mag = key.abs() if bias_c is None else (key - bias_c.float()).abs() + bias_c.float().abs()
+    floor = 2 * torch.finfo(torch.float32).tiny
+
+    def near(k_got, k_want, m_got, m_want):
+        return (k_got == k_want) | ((k_got - k_want).abs() <= rtol * torch.maximum(m_got, m_want) + floor)
+
     ref_ids = ref_ids[:, :K].long()
     for t in torch.nonzero(live).flatten().tolist():
         got, want = logical[t], ref_ids[t]
         if (got < 0).any():
             continue  # already reported
         if set(got.tolist()) != set(want.tolist()):
-            got_keys = key[t, got].sort(descending=True).values
-            want_keys = key[t, want].sort(descending=True).values
-            near = torch.isclose(got_keys, want_keys, rtol=rtol, atol=atol) | (got_keys == want_keys)
-            if not bool(near.all()):
+            got_keys, got_order = key[t, got].sort(descending=True)
+            want_keys, want_order = key[t, want].sort(descending=True)
+            if not bool(near(got_keys, want_keys, mag[t, got][got_order], mag[t, want][want_order]).all()):
                 add(t, -1, "selection", f"experts {sorted(got.tolist())} differ from the reference's "
                     f"{sorted(want.tolist())}")
             continue
@@ -224,7 +243,7 @@ def _check_against_reference(found, add, logits, bias, token_ids, hash_table, ex
             # order, a swap of near-tied keys forgiven. (Hash rows keep the table's order: checked above.)
             for col in torch.nonzero(got != want).flatten().tolist():
                 k_got, k_want = key[t, got[col]], key[t, want[col]]
-                if not (bool(torch.isclose(k_got, k_want, rtol=rtol, atol=atol)) or bool(k_got == k_want)):
+                if not bool(near(k_got, k_want, mag[t, got[col]], mag[t, want[col]])):
                     add(t, col, "column order", f"column {col} holds expert {int(got[col])} (key {float(k_got):.8g}), "
                         f"the reference's order has expert {int(want[col])} (key {float(k_want):.8g}) there: columns "
                         "go by key, descending")

@@ -106,7 +106,8 @@ def route(
     home_rank : int in [0, ep_size)
         The rank this batch runs on (per-rank shared slots, the "home_rank" replica policy).
     token_ids : Tensor [T], integer; hash_table : Tensor [vocab, K], integer
-        Required iff ``config.routing == "hash"``. The table is validated on the host once per table.
+        Required iff ``config.routing == "hash"``. The table is validated on the host: a CUDA table once (until an
+        in-place write its version counter sees), a CPU table on every call.
     expert_scale : Tensor [E], float, optional
         Required iff ``config.has_expert_scale``.
     recorder : RoutingRecorder, optional; layer : int
