@@ -1,4 +1,4 @@
-"""The fused Triton router (backend="triton") against the reference, SPEC.md steps 1-12.
+"""The fused Triton router (backend="triton") against the reference, docs/contract.md steps 1-12.
 
 On a CUDA machine these run on the GPU over the full grid. Without one they run the same kernel under
 TRITON_INTERPRET=1 on the CPU with small shapes (the CI lane); the environment variable must be set
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.skipif(
 )
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device (CUDA graphs); none is available")
 
-# Weights: fp32 arithmetic throughout, so one tolerance whatever the logits' dtype (SPEC.md); the
+# Weights: fp32 arithmetic throughout, so one tolerance whatever the logits' dtype (docs/contract.md); the
 # p-norm goes through pow twice and gets a few ulps more.
 TOLERANCES = {"default": dict(rtol=1e-6, atol=1e-7), "pnorm": dict(rtol=4e-6, atol=1e-7)}
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)

@@ -1,4 +1,4 @@
-"""Hand-computed cases for every step of SPEC.md's pipeline, on the reference router."""
+"""Hand-computed cases for every step of docs/contract.md's pipeline, on the reference router."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Every bad input of SPEC.md's list raises before anything runs, with a message naming the argument."""
+"""Every bad input of docs/contract.md's list raises before anything runs, with a message naming the argument."""
 
 import pytest
 import torch

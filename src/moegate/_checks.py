@@ -2,7 +2,7 @@
 
 Every function raises ``ValueError`` (``TypeError`` for dtypes) whose message names the argument, the
 value it got and the range it allows. Nothing here synchronises with a device: values that live on a
-GPU are checked only where SPEC.md says so (hash tables, once per CUDA table, on the host).
+GPU are checked only where docs/contract.md says so (hash tables, once per CUDA table, on the host).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""RoutingRecorder: routed-only, logical expert ids per layer, for replay (SPEC.md step 12)."""
+"""RoutingRecorder: routed-only, logical expert ids per layer, for replay (docs/contract.md step 12)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""check_routing: every invariant of SPEC.md ("What is always true"), on any routing output."""
+"""check_routing: every invariant of docs/contract.md ("What is always true"), on any routing output."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def check_routing(
     ``token_ids``/``hash_table`` it checks the ids against the table. A row with a +inf logit (after step 1) is
     outside the contract's domain: given ``logits``, such a row is checked for its ids (K distinct routed experts
     in the id space, the shared ids, the hash table's ids) and its shared columns' weights, which do not depend on
-    the logits; its routed weights and its choice among the experts are unspecified (SPEC.md, step 2).
+    the logits; its routed weights and its choice among the experts are unspecified (docs/contract.md, step 2).
 
     Near-ties: two keys within ``rtol`` of their size (|score| + |bias|, or |logit| + |bias| selecting on logits)
     may be chosen either way, and equal keys too: the checker does not test the lower-id tie rule (the kernel tests

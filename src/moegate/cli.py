@@ -128,7 +128,7 @@ def _renorm_words(config: RouterConfig) -> str:
 
 
 def explain(config: RouterConfig) -> list[tuple[str, str]]:
-    """The pipeline of SPEC.md for this config, step by step, as (step, what it does) pairs."""
+    """The pipeline of the contract (docs/contract.md) for this config, step by step, as (step, what it does) pairs."""
     steps = []
     x = "x = logits"
     if config.logit_scale != 1.0:
@@ -951,7 +951,7 @@ def _cmd_show(args) -> int:
     console = _console()
     console.print(Text(source, style="bold"))
     console.print(Text(describe(config), style="italic"))
-    pipeline = Table(title="The pipeline (SPEC.md), for this config", title_justify="left", show_header=False)
+    pipeline = Table(title="The pipeline (docs/contract.md), for this config", title_justify="left", show_header=False)
     pipeline.add_column("step", style="cyan", no_wrap=True)
     pipeline.add_column("what it does")
     for step, what in steps:

@@ -1,4 +1,4 @@
-"""RouterConfig: the model's routing function (SPEC.md, "Two configurations, never mixed").
+"""RouterConfig: the model's routing function (docs/contract.md, "Two configurations, never mixed").
 
 A RouterConfig says what the model computes. It never says how a deployment lays the result out:
 that is ExpertLayout's job (layout.py).

@@ -1,6 +1,6 @@
 """from_hf_config: the RouterConfig of a transformers MoE model's config (transformers 5.x families).
 
-Every family is a `_Family`: the model types it answers to, its semantics class (MODELS.md section 1), a
+Every family is a `_Family`: the model types it answers to, its semantics class (docs/models.md, the Class table), a
 builder that reads the config keys (with the aliases transformers accepts and the defaults its config class
 uses, so a config.json that omits a key routes as the model would) and the rule that says which layers are
 MoE. transformers itself is never imported: a plain dict or a config.json path is enough.
@@ -82,7 +82,7 @@ class _View:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Builders, one per semantics class (MODELS.md section 1). Each reads the keys its family uses.
+# Builders, one per semantics class (docs/models.md, the Class table). Each reads the keys its family uses.
 
 
 def _shared(v: _View, key: str | None, default: int = 0) -> int:
@@ -832,7 +832,7 @@ def family_of(config) -> str:
 
 
 def semantics_of(model_type: str) -> str:
-    """The semantics class (MODELS.md section 1) of a model type, or why it is not supported."""
+    """The semantics class (docs/models.md, the Class table) of a model type, or why it is not supported."""
     if model_type in UNSUPPORTED:
         return "not supported: " + UNSUPPORTED[model_type]
     return FAMILIES[SYNONYMS.get(model_type, model_type)].semantics

@@ -1,6 +1,6 @@
 """ExpertLayout and ExpertPlacement: where one deployment puts the routed and shared ids.
 
-Id spaces (SPEC.md steps 9-10), with P physical routed slots, L = P / ep_size per rank, rank-major:
+Id spaces (docs/contract.md steps 9-10), with P physical routed slots, L = P / ep_size per rank, rank-major:
 
 - shared_slots="none":     routed ids in [0, P); no shared columns.
 - shared_slots="global":   routed ids in [0, P); shared column j holds P + j. Id space P + S.

@@ -1,4 +1,4 @@
-"""The routing contract (SPEC.md, "The pipeline, in order") in straight-line torch.
+"""The routing contract (docs/contract.md, "The pipeline, in order") in straight-line torch.
 
 This is the oracle: tests, benchmarks, the checker and the CLI import it; the Triton kernel must agree
 with it. It runs on any device, in fp32 (the contract) or fp64 (``dtype=torch.float64``, an oracle for

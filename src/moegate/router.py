@@ -80,7 +80,7 @@ def route(
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
     backend: str = "auto",
 ) -> RouteResult:
-    """Route a batch of tokens: SPEC.md's twelve steps.
+    """Route a batch of tokens: docs/contract.md's twelve steps.
 
     Algorithm
     ---------
@@ -123,7 +123,7 @@ def route(
 
     Raises
     ------
-    ValueError / TypeError before anything runs, for every bad input listed in SPEC.md.
+    ValueError / TypeError before anything runs, for every bad input listed in docs/contract.md.
 
     Notes
     -----

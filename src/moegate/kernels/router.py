@@ -682,7 +682,7 @@ def route_triton(
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
     packed_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """SPEC.md steps 1-12 in one Triton launch.
+    """docs/contract.md steps 1-12 in one Triton launch.
 
     Algorithm (per row, in registers)
     ---------------------------------

@@ -1,4 +1,4 @@
-"""The fused router kernel: SPEC.md steps 1-12 for BLOCK_M rows per program, one launch.
+"""The fused router kernel: docs/contract.md steps 1-12 for BLOCK_M rows per program, one launch.
 
 Bytes and floor. A batch of T rows reads the logits once (T * W * itemsize) and writes weights and ids
 once (T * (K + C) * 8 bytes); bias, expert scale and the placement tables are a few KB that stay in
@@ -28,7 +28,7 @@ selected on the logits (LOGIT_KEYS) reads the winners' logits out of their selec
 Launch. On sm_90+ small launches use programmatic dependent launch (as SGLang's router does):
 ``gdc_wait`` before the first read, so the launch overlaps the previous kernel's tail.
 
-Numerics. Everything is fp32 (SPEC.md). On the GPU, exp/log1p/tanh/pow come from libdevice and
+Numerics. Everything is fp32 (docs/contract.md). On the GPU, exp/log1p/tanh/pow come from libdevice and
 divisions and square roots are IEEE-rounded (div_rn, sqrt_rn): Triton's default exp is ex2.approx
 after a multiply by log2(e), whose rounding alone costs up to ~5e-7 relative at |x| ~ 8, half the 1e-6
 budget the tests hold the weights to. The interpreter (TRITON_INTERPRET=1, the CPU lane of the tests)
