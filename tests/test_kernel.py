@@ -2205,3 +2205,51 @@ def test_torch_compile_fullgraph():
     torch.compile(g, fullgraph=True, backend="inductor" if HAS_CUDA else "eager")(logits, kw["bias"], nv, *out, packed)
     assert_same_routing(out, want, logits, config, kw["bias"], near_ties=True)
     assert torch.equal(rec.layer_ids(1), want.ids[:, :6]) and (packed[:30] != -7).all()
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_outputs_that_share_memory_with_an_input_are_refused(backend):
+    """The kernel writes rows while other programs still read their inputs: an output buffer that holds the bias,
+    expert_scale, token_ids, hash_table or num_valid_tokens (or a recorder's buffers holding an input) routed
+    wrongly, silently (a review found live rows come back as padding). Refused before anything runs, on every
+    backend."""
+    T, E, K = 4, 8, 2
+    x = torch.randn(T, E, device=DEVICE)
+
+    def outs():
+        return torch.zeros(T, K, device=DEVICE), torch.zeros(T, K, dtype=torch.int32, device=DEVICE)
+
+    w, ids = outs()
+    biased = RouterConfig(E, K, scoring="sigmoid", has_correction_bias=True)
+    with pytest.raises(ValueError, match=r"out\[0\] \(weights\) overlaps the bias"):
+        route(x, biased, bias=w.view(-1), out=(w, ids), backend=backend)
+    scaled = RouterConfig(E, K, scoring="sigmoid", has_expert_scale=True)
+    with pytest.raises(ValueError, match="overlaps expert_scale"):
+        route(x, scaled, expert_scale=w.view(-1), out=(w, ids), backend=backend)
+    hashed = RouterConfig(E, K, routing="hash")
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device=DEVICE)
+    ids.view(-1)[:T] = torch.tensor([0, 1, 1, 0], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match=r"out\[1\] \(ids\) overlaps token_ids"):
+        route(x, hashed, token_ids=ids.view(-1)[:T], hash_table=table, out=(w, ids), backend=backend)
+    w, ids = outs()
+    ids.view(-1)[:4] = table.view(-1)
+    with pytest.raises(ValueError, match="overlaps hash_table"):
+        route(x, hashed, token_ids=torch.tensor([0, 1, 1, 0], device=DEVICE), hash_table=ids.view(-1)[:4].view(2, 2),
+              out=(w, ids), backend=backend)
+    w, ids = outs()
+    ids[0, 0] = T
+    with pytest.raises(ValueError, match="overlaps num_valid_tokens"):
+        route(x, RouterConfig(E, K), num_valid_tokens=ids[0, :1], out=(w, ids), backend=backend)
+    rec = RoutingRecorder(num_layers=1, max_tokens=T, top_k=K, num_experts=E, dtype=torch.int32, device=DEVICE)
+    rec.ids.view(-1)[:T] = torch.tensor([0, 1, 1, 0], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="the recorder's ids overlaps token_ids"):
+        route(x, hashed, token_ids=rec.ids.view(-1)[:T], hash_table=table, recorder=rec, backend=backend)
+    w, ids = outs()  # apart from each other, all fine
+    got = route(x, biased, bias=torch.zeros(E, device=DEVICE), out=(w, ids), backend=backend)
+    assert got.ids is ids and (ids >= 0).all()
+    if backend == "triton":  # and route_triton's packed_out, which the kernel writes too
+        from moegate.kernels.router import route_triton
+
+        packed = torch.zeros(T, K, dtype=torch.int32, device=DEVICE)
+        with pytest.raises(ValueError, match="packed_out overlaps the bias"):
+            route_triton(x, biased, ExpertLayout(), bias=packed.view(torch.float32).view(-1), packed_out=packed)

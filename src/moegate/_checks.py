@@ -154,6 +154,18 @@ def _check_out(out, num_tokens: int, width: int, device: torch.device, logits: t
         raise ValueError("out[0] (weights) and out[1] (ids) overlap in memory; each needs a buffer of its own")
 
 
+def _check_no_aliasing(written, read) -> None:
+    """No buffer a launch writes shares memory with another it writes or with one it reads: the kernel writes rows
+    while other programs still read theirs (the reference reads everything first, so only the kernel would go
+    wrong). ``written`` / ``read``: (name, tensor or None) pairs."""
+    written = [(n, t) for n, t in written if isinstance(t, torch.Tensor)]
+    read = [(n, t) for n, t in read if isinstance(t, torch.Tensor)]
+    for i, (name, t) in enumerate(written):
+        for other, u in written[i + 1:] + read:
+            if _overlap(t, u):
+                raise ValueError(f"{name} overlaps {other} in memory; each output needs a buffer of its own")
+
+
 def _check_token_ids(token_ids, num_tokens: int, device: torch.device) -> None:
     if token_ids is None:
         raise ValueError("token_ids: routing='hash' needs token_ids=[T] integer tensor")

@@ -14,6 +14,7 @@ from moegate._checks import (
     _check_home_rank,
     _check_int,
     _check_logits,
+    _check_no_aliasing,
     _check_num_valid_tokens,
     _check_out,
     _check_token_ids,
@@ -62,6 +63,11 @@ def _check_route_args(
         if not isinstance(recorder, RoutingRecorder):
             raise TypeError(f"recorder must be a RoutingRecorder or None, got {type(recorder).__name__}")
         recorder.check_batch(layer, T, config.top_k, config.num_scored, device)
+    written = [("out[0] (weights)", out[0]), ("out[1] (ids)", out[1])] if out is not None else []
+    if recorder is not None:
+        written += [("the recorder's ids", recorder.ids), ("the recorder's num_tokens", recorder.num_tokens)]
+    _check_no_aliasing(written, [("the bias", bias), ("expert_scale", expert_scale), ("token_ids", token_ids),
+                                 ("hash_table", hash_table), ("num_valid_tokens", num_valid_tokens)])
 
 
 def route(

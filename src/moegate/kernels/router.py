@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from moegate._checks import _check_hash_table, _overlap
+from moegate._checks import _check_hash_table, _check_no_aliasing
 from moegate.config import RouterConfig
 from moegate.kernels import router_kernel as rk
 from moegate.layout import ExpertLayout
@@ -756,9 +756,12 @@ def _route_triton(
     else:
         weights, ids = out
     if packed_out is not None:
-        for name, other in (("the logits", logits), ("out[0] (weights)", weights), ("out[1] (ids)", ids)):
-            if _overlap(packed_out, other):
-                raise ValueError(f"packed_out overlaps {name} in memory; it needs a buffer of its own")
+        read = [("the logits", logits), ("out[0] (weights)", weights), ("out[1] (ids)", ids), ("the bias", bias),
+                ("expert_scale", expert_scale), ("token_ids", token_ids), ("hash_table", hash_table),
+                ("num_valid_tokens", num_valid_tokens)]
+        if recorder is not None:
+            read += [("the recorder's ids", recorder.ids), ("the recorder's num_tokens", recorder.num_tokens)]
+        _check_no_aliasing([("packed_out", packed_out)], read)
     l2p = replica_count = None
     max_replicas = 1
     if layout.placement is not None:
