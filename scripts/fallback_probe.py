@@ -1,11 +1,14 @@
 """What the programs that leave the fast path cost a launch (BENCHMARKS.md run 38). GPU only.
 
     python scripts/fallback_probe.py [qwen3:4096 qwen3:32768 mixtral:8192 ...] [--rep 20] [--set NAME=VALUE]
+                                     [--dtype bfloat16]
 
 For each benchmark shape and T: the launch on standard-normal logits (the benchmark's kind of input: some rows
 close, their programs redo them on the exact path) against the same launch on rows of ``randperm(W) / 32``
 (every pair of logits 1/32 apart: no row close), CUDA-graph medians (two timings each), the fallback counters
-of one more launch, and the launch with every program forced onto the exact path. ``--set`` sets a launcher
+of one more launch, and the launch with every program forced onto the exact path. ``--dtype`` routes the logits in
+another dtype than the shape's (bf16 logits tie far more often: a K-th logit repeated by the first loser sends its
+row to the exact path, see docs/kernel.md). ``--set`` sets a launcher
 override of ``moegate.kernels.router`` first (e.g. ``split_pair_exact_override=True``).
 """
 
@@ -23,8 +26,9 @@ def _time(fn, rep):
     return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median") * 1e3  # us
 
 
-def probe(name, T, rep):
-    config, dtype = SHAPES[name]
+def probe(name, T, rep, dtype=None):
+    config, shape_dtype = SHAPES[name]
+    dtype = dtype or shape_dtype
     W = config.num_scored
     g = torch.Generator().manual_seed(0)
     inputs = {
@@ -47,7 +51,7 @@ def probe(name, T, rep):
             exact = _time(fn, rep)
         finally:
             kr.force_exact_override = False
-        print(f"{name:18} T={T:>6} {label}: {' '.join(f'{u:.2f}' for u in us)} us; programs redone "
+        print(f"{name:18} {str(dtype)[6:]:8} T={T:>6} {label}: {' '.join(f'{u:.2f}' for u in us)} us; programs redone "
               f"{stats[0].item()} of {stats[2].item()}; every program exact {exact:.2f} us", flush=True)
 
 
@@ -58,6 +62,8 @@ def main(argv=None):
     p.add_argument("--rep", type=int, default=20, help="milliseconds of graph replay per timing")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="a launcher constant or override of moegate.kernels.router, a Python literal (as bench --set)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                   help="the logits' dtype (default: the shape's)")
     args = p.parse_args(argv)
     for key, value in _parse_settings(p, args.set).items():
         setattr(kr, key, value)
@@ -65,7 +71,7 @@ def main(argv=None):
         name, _, t = case.partition(":")
         if name not in SHAPES or not t.isdigit():
             p.error(f"{case!r}: expected SHAPE:T with SHAPE one of {', '.join(SHAPES)}")
-        probe(name, int(t), args.rep)
+        probe(name, int(t), args.rep, getattr(torch, args.dtype) if args.dtype else None)
 
 
 if __name__ == "__main__":

@@ -793,7 +793,25 @@ def _near_tie_softmax_rows(E, seed):
         b = torch.tensor(base, dtype=torch.float32).view(torch.int32)
         k = order[:2].to(torch.int32) * (1 + order[:2] % 7).to(torch.int32)
         steps.append((b + k).view(torch.float32))
-    return torch.cat([ulps, spread, pairs, ties, zeros, far, dead, big, deep, drop, *steps])
+    return torch.cat([ulps, spread, pairs, ties, zeros, far, dead, big, deep, drop, *steps, _equal_run_rows(E)])
+
+
+def _equal_run_rows(E):
+    """Runs of equal logits across the K-th winner with a lower-id logit a little below them whose score rounds to
+    the same (exp(-2e-8) is 1.0 in fp32): the reference's scores tie, so the lower id wins. (A review found the
+    logit keys' checks took equal neighbours for equal scores and missed the third, 2026-12-04.) For every K up to
+    8: K + 1 copies of b at the top ids, b - 2e-8 at id 0 (or id 1, b at id 0); the same under 2**-30 (bf16)."""
+    rows = []
+    for b, gap in ((2.0**-10, 2e-8), (0.0, 2.0**-30), (-3.0, 1.5e-7)):
+        for k in range(1, min(8, E - 2) + 1):
+            for low in (0, 1):
+                x = torch.full((E,), -5.0 + b)
+                x[E - k - 1:] = b
+                x[low] = b - gap
+                if low:
+                    x[0] = b
+                rows.append(x)
+    return torch.stack(rows)
 
 
 @pytest.mark.parametrize("E,K,split,pair", [(None, 1, 0, False), (None, 8, 0, False), (8, 2, 0, False),
@@ -2253,3 +2271,12 @@ def test_outputs_that_share_memory_with_an_input_are_refused(backend):
         packed = torch.zeros(T, K, dtype=torch.int32, device=DEVICE)
         with pytest.raises(ValueError, match="packed_out overlaps the bias"):
             route_triton(x, biased, ExpertLayout(), bias=packed.view(torch.float32).view(-1), packed_out=packed)
+
+
+def test_pnorm_of_weights_whose_powers_are_subnormal():
+    """Weights near 1e-20 (sigmoid of -45): their squares are subnormal, and the norm is their root. The
+    interpreter's power clamped its input at 1e-38 (a review, 2026-12-04: 0.26 where the reference gives 0.741)."""
+    for p in (2.0, 3.0):
+        config = RouterConfig(4, 2, scoring="sigmoid", renorm_p=p)
+        logits = torch.tensor([[-45.0, -50.0, -47.0, -60.0], [-44.0, -44.5, -90.0, -46.0]], device=DEVICE)
+        run_both(logits, config, tol="pnorm")

@@ -119,7 +119,8 @@ def _pow(x, p, ACCURATE: tl.constexpr):
     if ACCURATE:
         y = libdevice.pow(x, tl.zeros_like(x) + p)
     else:
-        y = tl.where(x > 0, tl.exp2(p * tl.log2(tl.maximum(x, 1e-38))), 0.0)
+        # Subnormal x too (a p-norm of weights near 1e-20 sums subnormal powers); the where keeps log2 off 0.
+        y = tl.where(x > 0, tl.exp2(p * tl.log2(tl.where(x > 0, x, 1.0))), 0.0)
     return y
 
 
@@ -467,6 +468,9 @@ def _column_checks(w, wn, c, base, bias_mag, m_row, K: tl.constexpr, LANE_BITS: 
         k_lo = _key_of32(base + (d << DIST_SHIFT))
         k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
         amb = amb | (d == 0) | (k_lo < m_row - 75.0) | (has_next & _logit_keys_close(k_lo, k_next, m_row))
+        # The K-th winner's logit repeated by the first loser: a run of equal logits may go on past the words seen,
+        # to a lower-id logit a little below whose score rounds to theirs (a tie the lower id wins).
+        amb = amb | ((c == K - 1) & has_next & (k_lo == k_next))
     elif DIST_SHIFT > 0:
         amb = amb | (has_next & (d == dn))  # two adjacent winners with equal distance bits
     else:
@@ -797,7 +801,9 @@ def _thread_logit_rounds(xs, row_base, col_stride, row_ok, kc, logit_scale, soft
             prev_x = x
         else:
             top = _signed((best >> LB) << (LB + 1)).to(tl.float32, bitcast=True)  # the bucket's top
-            amb = amb | _logit_keys_close(prev_x, top, m)
+            # Equal to the K-th winner's logit: the first loser may repeat it, and a run of equal logits may go on
+            # to a lower-id logit a little below whose score rounds to theirs (see _column_checks).
+            amb = amb | _logit_keys_close(prev_x, top, m) | (prev_x == top)
     if ROUNDS == K:  # no (K + 1)-th expert: the last winner's own depth still counts
         amb = amb | (prev_x < m - 75.0)
     return ids_k, w_k, amb & row_ok
@@ -1068,11 +1074,14 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
     hard = amb
     if LOGIT_KEYS:
         close = _logit_keys_close(k_lo, k_next, row_max[:, None])
-        amb = amb | (cur & ((d == 0) | (k_lo < row_max[:, None] - 75.0) | (has_next & close)))
+        # The K-th winner's logit repeated by the first loser: the run may go on past the words seen (see
+        # _column_checks), which no pair settles.
+        run = (kc[None, :] == K - 1) & has_next & (k_lo == k_next)
+        amb = amb | (cur & ((d == 0) | (k_lo < row_max[:, None] - 75.0) | (has_next & close) | run))
         if PAIR_EXACT:
             # What only the exact keys decide: a clamped distance, an underflowing or dead winner (not a
             # near-tie between neighbours, which _split_settle_pairs settles).
-            hard = hard | (cur & ((d == 0) | (k_lo < row_max[:, None] - 75.0)))
+            hard = hard | (cur & ((d == 0) | (k_lo < row_max[:, None] - 75.0) | run))
     else:
         amb = amb | ((kc[None, :] == K - 1) & (d == 0))  # the K-th winner's distance clamped to 0
     amb = tl.max(amb.to(tl.int32), axis=1) > 0
