@@ -107,7 +107,7 @@ def call(**kw):
         (dict(out=(torch.zeros(4, 2), torch.zeros(4, 2, dtype=torch.int64))), TypeError, "out"),
         (dict(layout=ExpertLayout(shared_slots="global"),
               out=(torch.zeros(4, 2), torch.zeros(4, 2, dtype=torch.int32))), ValueError, "out"),
-        (dict(out=(_BUF, _BUF.view(torch.int32))), ValueError, r"out\[0\] \(weights\) and out\[1\] \(ids\) overlap"),
+        (dict(out=(_BUF, _BUF.view(torch.int32))), ValueError, r"out\[0\] \(weights\) overlaps out\[1\] \(ids\)"),
         (dict(out=(_BUF2[:8].view(4, 2), _BUF2[4:].view(torch.int32).view(4, 2))), ValueError, "overlap"),
         (dict(logits=_BUF3.view(4, 8), out=(_BUF3[8:16].view(4, 2), torch.zeros(4, 2, dtype=torch.int32))),
          ValueError, r"out\[0\] \(weights\) overlaps the logits"),

@@ -131,7 +131,9 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
-def _check_out(out, num_tokens: int, width: int, device: torch.device, logits: torch.Tensor | None = None) -> None:
+def _check_out(out, num_tokens: int, width: int, device: torch.device) -> None:
+    """out: a (weights float32, ids int32) pair of contiguous [T, K + C] tensors on the logits' device (whether they
+    share memory with each other or an input: _check_no_aliasing)."""
     if out is None:
         return
     if not isinstance(out, (tuple, list)) or len(out) != 2:
@@ -148,10 +150,6 @@ def _check_out(out, num_tokens: int, width: int, device: torch.device, logits: t
             raise ValueError(f"{name} is on {t.device}, but logits are on {device}")
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous, got strides {t.stride()}")
-        if logits is not None and _overlap(t, logits):
-            raise ValueError(f"{name} overlaps the logits' memory; the outputs need buffers of their own")
-    if _overlap(weights, ids):
-        raise ValueError("out[0] (weights) and out[1] (ids) overlap in memory; each needs a buffer of its own")
 
 
 def _check_no_aliasing(written, read) -> None:

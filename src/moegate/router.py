@@ -37,7 +37,7 @@ class RouteResult(NamedTuple):
 
 def _check_route_args(
     logits, config, layout, bias, num_valid_tokens, home_rank, token_ids, hash_table, expert_scale,
-    recorder, layer, out,
+    recorder, layer, out, packed_out=None,
 ) -> None:
     if not isinstance(config, RouterConfig):
         raise TypeError(f"config must be a RouterConfig, got {type(config).__name__}")
@@ -51,7 +51,7 @@ def _check_route_args(
     _check_num_valid_tokens(num_valid_tokens, T, device)
     _check_home_rank(home_rank, layout.ep_size)
     width = config.top_k + layout.num_shared_columns(config.num_shared_experts)
-    _check_out(out, T, width, device, logits)
+    _check_out(out, T, width, device)
     if config.routing == "hash":
         _check_token_ids(token_ids, T, device)
         _check_hash_table(hash_table, config.num_experts, config.top_k, device)
@@ -63,11 +63,14 @@ def _check_route_args(
         if not isinstance(recorder, RoutingRecorder):
             raise TypeError(f"recorder must be a RoutingRecorder or None, got {type(recorder).__name__}")
         recorder.check_batch(layer, T, config.top_k, config.num_scored, device)
+    # Every buffer the launch writes (route_triton's packed_out too) apart from the others and from every input.
     written = [("out[0] (weights)", out[0]), ("out[1] (ids)", out[1])] if out is not None else []
+    written.append(("packed_out", packed_out))
     if recorder is not None:
         written += [("the recorder's ids", recorder.ids), ("the recorder's num_tokens", recorder.num_tokens)]
-    _check_no_aliasing(written, [("the bias", bias), ("expert_scale", expert_scale), ("token_ids", token_ids),
-                                 ("hash_table", hash_table), ("num_valid_tokens", num_valid_tokens)])
+    _check_no_aliasing(written, [("the logits", logits), ("the bias", bias), ("expert_scale", expert_scale),
+                                 ("token_ids", token_ids), ("hash_table", hash_table),
+                                 ("num_valid_tokens", num_valid_tokens)])
 
 
 def route(

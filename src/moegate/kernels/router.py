@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from moegate._checks import _check_hash_table, _check_no_aliasing
+from moegate._checks import _check_hash_table
 from moegate.config import RouterConfig
 from moegate.kernels import router_kernel as rk
 from moegate.layout import ExpertLayout
@@ -723,7 +723,7 @@ def route_triton(
 
     layout = ExpertLayout() if layout is None else layout
     _check_route_args(logits, config, layout, bias, num_valid_tokens, home_rank, token_ids, hash_table, expert_scale,
-                      recorder, layer, out)
+                      recorder, layer, out, packed_out)
     return _route_triton(logits, config, layout, bias=bias, num_valid_tokens=num_valid_tokens, home_rank=home_rank,
                          token_ids=token_ids, hash_table=hash_table, expert_scale=expert_scale, recorder=recorder,
                          layer=layer, out=out, packed_out=packed_out)
@@ -755,13 +755,6 @@ def _route_triton(
         ids = torch.empty((T, K + C), dtype=torch.int32, device=device)
     else:
         weights, ids = out
-    if packed_out is not None:
-        read = [("the logits", logits), ("out[0] (weights)", weights), ("out[1] (ids)", ids), ("the bias", bias),
-                ("expert_scale", expert_scale), ("token_ids", token_ids), ("hash_table", hash_table),
-                ("num_valid_tokens", num_valid_tokens)]
-        if recorder is not None:
-            read += [("the recorder's ids", recorder.ids), ("the recorder's num_tokens", recorder.num_tokens)]
-        _check_no_aliasing([("packed_out", packed_out)], read)
     l2p = replica_count = None
     max_replicas = 1
     if layout.placement is not None:
