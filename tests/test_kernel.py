@@ -2276,13 +2276,17 @@ def test_outputs_that_share_memory_with_an_input_are_refused(backend):
             route_triton(x, biased, ExpertLayout(), bias=packed.view(torch.float32).view(-1), packed_out=packed)
 
 
-@pytest.mark.xfail(HAS_CUDA, strict=True, reason="GPU defect (H200 run 107): the GPU flushes the subnormal powers, "
-                   "the norm comes out 0; fix (not yet timed or checked on a GPU): scale by the row's largest weight "
-                   "before the power")
 def test_pnorm_of_weights_whose_powers_are_subnormal():
-    """Weights near 1e-20 (sigmoid of -45): their squares are subnormal, and the norm is their root. The
-    interpreter's power clamped its input at 1e-38 (a review, 2026-12-04: 0.26 where the reference gives 0.741)."""
-    for p in (2.0, 3.0):
-        config = RouterConfig(4, 2, scoring="sigmoid", renorm_p=p)
-        logits = torch.tensor([[-45.0, -50.0, -47.0, -60.0], [-44.0, -44.5, -90.0, -46.0]], device=DEVICE)
-        run_both(logits, config, tol="pnorm")
+    """Weights near 1e-20 (sigmoid of -45): their squares are subnormal and their cubes 0 in fp32; the GPU flushed
+    the subnormal powers (H200 run 107: norms of 0, weights 7-9x too large) and the interpreter clamped the power's
+    input at 1e-38. Both kernel and reference scale by the row's largest weight first: the routed weights' p-norm
+    is 1, as in fp64, also where w ** p underflows. The same for weights near 1 and K = 1."""
+    logits = torch.tensor([[-45.0, -50.0, -47.0, -60.0], [-44.0, -44.5, -90.0, -46.0], [-80.0, -79.5, -99.0, -85.0],
+                           [0.5, -0.25, 3.0, 1.0]], device=DEVICE)
+    for p in (2.0, 3.0, 0.5):
+        for K in (1, 2, 3):
+            config = RouterConfig(4, K, scoring="sigmoid", renorm_p=p, renorm_eps=0.0)
+            got, want = run_both(logits, config, tol="pnorm")
+            w64 = torch.sigmoid(logits.double().cpu()).gather(1, got.ids.long().cpu())
+            exact = w64 / w64.pow(p).sum(dim=1, keepdim=True).pow(1.0 / p)
+            torch.testing.assert_close(got.weights.double().cpu(), exact, rtol=1e-5, atol=0)

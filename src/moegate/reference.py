@@ -105,7 +105,11 @@ def routed_weights(
         if config.renorm_p == 1.0:
             norm = w.sum(dim=1, keepdim=True)  # [T, 1]
         else:
-            norm = w.pow(config.renorm_p).sum(dim=1, keepdim=True).pow(1.0 / config.renorm_p)
+            # The norm of w / m times m, m the row's largest weight: the powers stay near 1, where w ** p itself
+            # would underflow (weights near 1e-20, p = 2: subnormal, or 0 with p = 3) or overflow.
+            m = w.amax(dim=1, keepdim=True)  # [T, 1]
+            m = torch.where((m > 0) & torch.isfinite(m), m, torch.ones_like(m))
+            norm = m * (w / m).pow(config.renorm_p).sum(dim=1, keepdim=True).pow(1.0 / config.renorm_p)
         if config.renorm_eps_mode == "add":
             denom = norm + config.renorm_eps  # [T, 1]
         else:

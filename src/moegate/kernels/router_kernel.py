@@ -1660,7 +1660,12 @@ def _route_kernel(
             if RENORM_P_ONE:
                 norm = tl.sum(w, axis=RAXIS, keep_dims=True)
             else:
-                norm = _pow(tl.sum(_pow(w, renorm_p, ACCURATE), axis=RAXIS, keep_dims=True), inv_renorm_p, ACCURATE)
+                # m times the norm of w / m, m the row's largest weight (the reference's order): w ** p itself
+                # is subnormal for weights near 1e-20, and the GPU flushes it (H200 run 107: norms of 0).
+                m = tl.max(w, axis=RAXIS, keep_dims=True)
+                m = tl.where((m > 0.0) & (m < float("inf")), m, 1.0)
+                norm = m * _pow(tl.sum(_pow(_div_nonneg(w, m), renorm_p, ACCURATE), axis=RAXIS, keep_dims=True),
+                                inv_renorm_p, ACCURATE)
             if EPS_CLAMP:
                 denom = tl.maximum(norm, renorm_eps)
             else:
