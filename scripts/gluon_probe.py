@@ -36,7 +36,6 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from moegate.kernels.router_kernel import _key_of32, _order_bits
 
-
 # The router's order-preserving key bits, as Gluon functions (Gluon calls a Triton function re-decorated).
 _order = gluon.jit(_order_bits.fn)
 _unorder = gluon.jit(_key_of32.fn)

@@ -814,6 +814,80 @@ def _equal_run_rows(E):
     return torch.stack(rows)
 
 
+def _run_rows_in_format(E, K, dtype, near):
+    """Rows of one format (bf16, fp16) whose K-th logit b the first loser repeats: K - 1 winners above, b at two ids,
+    the rest below. Far from 0 (near False: b = 1.0, 0.75, ... under winners 3.0, 2.75, ...; positive, as the top
+    logit: a K-th logit of the other sign lies too far below the top for the words, its row always redone) no logit
+    of the format lies close below b, and the scores keep their order. Near 0 the next value down is close: the rows
+    place it at a lower id than b (b = 2**-17 under winners 2**-13 * (3.0, 2.5, ...): it scores like b; b = 0 or
+    the smallest subnormal with the value below; +0.0 with -0.0), a tie by score that the lower id wins."""
+    tiny = torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps  # the smallest subnormal
+    small = 2.0 ** -17
+    below_small = float((torch.tensor(small, dtype=dtype).view(torch.int16) - 1).view(dtype))
+    if near:
+        bases = [(small, below_small, 2.0 ** -13, small / 4), (0.0, -tiny, 1.0, -1.0), (tiny, 0.0, 1.0, -1.0),
+                 (0.0, -0.0, 1.0, -1.0)]
+    else:
+        bases = [(b, None, 1.0, b - 1.0) for b in (1.0, 0.75, 0.25, 1.5, 2.0)]
+    rows = []
+    for b, below, top, rest in bases:
+        for lo in range(E - K - (below is not None)):
+            x = torch.full((E,), rest - 0.0625 * abs(rest) * (lo % 3))
+            x[E - K + 1:] = top * torch.tensor([3.0 - 0.5 * j for j in range(K - 1)])
+            x[E - K] = b  # the first loser
+            if below is None:
+                x[lo] = b  # the K-th winner
+            else:
+                x[lo], x[lo + 1] = below, b  # the K-th winner is `below` (a tie by score) or b
+            rows.append(x)
+    return torch.stack(rows).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("path", ["one-row", "thread-rows", "split-rows"])
+def test_logit_keys_equal_runs_in_bf16_and_fp16(path, dtype, monkeypatch):
+    """The equal-run check on bf16 / fp16 logits (LOGIT_DROP): a K-th logit repeated by the first loser redoes the
+    row only where the format has a value close below it (near 0), not everywhere as for fp32 logits (run 106: 5.9%
+    of bf16 Qwen3 rows, 2x the time). Far rows: no program redone (every one with the check forced on every run),
+    ids the reference's; near rows: every program redone, ids those of the exact path (a lower-id logit just below b
+    that scores like b, or -0.0 against +0.0). Each launch asserted to carry the format's LOGIT_DROP."""
+    import moegate.kernels.router as kr
+
+    E, K = {"one-row": (32, 4), "thread-rows": (8, 2), "split-rows": (32, 4)}[path]
+    if path == "one-row":
+        monkeypatch.setattr(kr, "launch_override", (1, 1))
+    elif path == "thread-rows":
+        monkeypatch.setattr(kr, "thread_rows_override", True)
+    else:
+        monkeypatch.setattr(kr, "split_rows_override", 4)
+    config = RouterConfig(E, K, scoring="softmax", renormalize=True)
+    seen = _spy_launches(monkeypatch)
+    for near in (False, True):
+        logits = _run_rows_in_format(E, K, dtype, near).to(DEVICE)
+        got, (redo, _, programs) = _counted(logits, config)
+        assert seen[-1]["LOGIT_KEYS"] and seen[-1]["LOGIT_DROP"] == (16 if dtype == torch.bfloat16 else 13)
+        assert redo == (programs if near else 0), (near, redo, programs)
+        want = route(logits, config, backend="reference")
+        # Near rows tie by score in the kernel's fp32 exp, and fp16's gap of 2**-24 is an ulp of the scores, where
+        # torch's exp may round the other way (as in every near-tie test): rows routed otherwise than the reference
+        # must be such near-ties in fp64, and the kernel's exact path decides them.
+        same = (got.ids == want.ids).all(dim=1)
+        assert near or bool(same.all())
+        _, key64 = scores_and_keys(logits, config, None, torch.float64)
+        for r in (~same).nonzero().flatten().tolist():
+            torch.testing.assert_close(key64[r, got.ids[r].long()], key64[r, want.ids[r].long()], rtol=1e-6, atol=0)
+        torch.testing.assert_close(got.weights[same], want.weights[same], rtol=1e-6, atol=1e-7)
+        monkeypatch.setattr(kr, "force_exact_override", True)
+        torch.testing.assert_close(got.ids, route(logits, config, backend="triton").ids, rtol=0, atol=0)
+        monkeypatch.setattr(kr, "force_exact_override", False)
+        if not near:
+            monkeypatch.setattr(kr, "logit_drop_override", False)
+            every, (redo, _, programs) = _counted(logits, config)
+            monkeypatch.setattr(kr, "logit_drop_override", None)
+            assert seen[-1]["LOGIT_DROP"] == 0 and redo == programs
+            torch.testing.assert_close(every.ids, want.ids, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("E,K,split,pair", [(None, 1, 0, False), (None, 8, 0, False), (8, 2, 0, False),
                                             (8, 8, 0, False), (None, 8, 4, False), (8, 8, 2, False),
                                             (None, 8, 4, True), (8, 8, 2, True), (None, 1, 4, True)],

@@ -510,6 +510,7 @@ AB_VARIANTS = {
     "two-rows": {"launch_override": (2, 1)},  # two rows a program (the 2-D epilogue and rounds)
     "no-pdl": {"use_pdl_override": False},
     "pdl": {"use_pdl_override": True},  # PDL at every T (the launcher leaves it off for large launches of most shapes)
+    "every-run": {"logit_drop_override": False},  # logit keys: every K-th logit repeated by the first loser redone
     "no-pair-exact": {"split_pair_exact_override": False},  # split rows: close rows straight to the 64-bit rounds
     "pdl-start": {"pdl_trigger_override": 0},  # PDL: the next grid may launch from this one's start
     "pdl-late": {"pdl_trigger_override": 1},  # ... from the end of the selection (as SGLang's router)

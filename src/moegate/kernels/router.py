@@ -296,6 +296,21 @@ def _logit_keys_allowed(config: RouterConfig) -> bool:
             and config.renorm_eps * triton.next_power_of_2(config.num_scored) <= 1e-8 * config.top_k)
 
 
+# The logit keys' equal-run check (a K-th logit repeated by the first loser, where a lower-id logit just below may
+# score the same) asks, for bf16 / fp16 logits with no scale or softcap, whether the format's next value below is
+# close at all (only near 0); fp32 logits flag every such row. Forced off (False: flag every run, the kernel of run
+# 106) by the tests and the benchmark's A/B (--ab-variants every-run).
+logit_drop_override: bool | None = None
+
+
+def _logit_drop(dtype: torch.dtype, unscaled: bool) -> int:
+    """The kernel's LOGIT_DROP: the low fp32 mantissa bits that the logits' values leave 0 (bf16 16, fp16 13), or 0
+    where they may be any fp32 value (fp32 input, or a scale or softcap applied)."""
+    if not unscaled or logit_drop_override is False:
+        return 0
+    return {torch.bfloat16: 16, torch.float16: 13}.get(dtype, 0)
+
+
 def _split_threads(config: RouterConfig, num_tokens: int) -> int:
     """Threads a row for split rows (the kernel's SPLIT_ROWS), 0 for none: rows without groups or hashing."""
     if config.n_group != 1 or config.routing == "hash":
@@ -549,7 +564,8 @@ def _launch(
         BLOCK_KC=triton.next_power_of_2(spec.K + spec.C + (2 if approx_repair else 1 if spec.block_m == 1 else 0)),
         DIST_SHIFT=_dist_shift(lane_bits, spec.K),
         HAS_SCALE=logit_scale != 1.0, TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, APPROX_REPAIR=approx_repair,
-        LOGIT_KEYS=logit_keys,
+        LOGIT_KEYS=logit_keys, LOGIT_DROP=_logit_drop(logits.dtype, logit_keys and logit_scale == 1.0
+                                                      and not spec.HAS_SOFTCAP),
         THREAD_ROWS=bool(spec.THREAD_ROWS), SPLIT_ROWS=spec.SPLIT_ROWS,
         PAIR_EXACT=bool(spec.SPLIT_ROWS and logit_keys and (SPLIT_PAIR_EXACT if split_pair_exact_override is None
                                                               else split_pair_exact_override)),

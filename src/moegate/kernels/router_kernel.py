@@ -442,7 +442,8 @@ def _row_flags(flags, hi_max, span, fma_band, row_dead, raw_bad, kept_min, dropp
 @triton.jit
 def _column_checks(w, wn, c, base, bias_mag, m_row, K: tl.constexpr, LANE_BITS: tl.constexpr,
                    DIST_SHIFT: tl.constexpr, SCORING: tl.constexpr, APPROX_KEYS: tl.constexpr,
-                   LOGIT_KEYS: tl.constexpr, RAW_BITS: tl.constexpr, MARGIN: tl.constexpr = True):
+                   LOGIT_KEYS: tl.constexpr, RAW_BITS: tl.constexpr, MARGIN: tl.constexpr = True,
+                   LOGIT_DROP: tl.constexpr = 0):
     """Whether output column c (< K) of one row a program makes the row ambiguous, from its round word w and the next
     round's word wn (INT32_MIN past the rounds). Both forms of step 5's checks call it: the vector form on every
     column at once after the rounds (w, wn, c the columns' vectors), SCALAR_CHECKS on the rounds' scalars as they
@@ -470,7 +471,10 @@ def _column_checks(w, wn, c, base, bias_mag, m_row, K: tl.constexpr, LANE_BITS: 
         amb = amb | (d == 0) | (k_lo < m_row - 75.0) | (has_next & _logit_keys_close(k_lo, k_next, m_row))
         # The K-th winner's logit repeated by the first loser: a run of equal logits may go on past the words seen,
         # to a lower-id logit a little below whose score rounds to theirs (a tie the lower id wins).
-        amb = amb | ((c == K - 1) & has_next & (k_lo == k_next))
+        run = (c == K - 1) & has_next & (k_lo == k_next)
+        if LOGIT_DROP > 0:
+            run = run & _below_close(k_lo, m_row, LOGIT_DROP)
+        amb = amb | run
     elif DIST_SHIFT > 0:
         amb = amb | (has_next & (d == dn))  # two adjacent winners with equal distance bits
     else:
@@ -631,6 +635,20 @@ def _logit_keys_close(k_hi, k_lo, m):
 
 
 @triton.jit
+def _below_close(x, m, LOGIT_DROP: tl.constexpr):
+    """1 where a logit below logit x may still score like x (the equal-run check: a tie the lower id wins). Logits
+    from bf16 / fp16 inputs with no scale or softcap are fp32 values whose low LOGIT_DROP mantissa bits are 0 (16,
+    13; the set holds every bf16 / fp16 value): one below x is at most the next such value down, so the scores keep
+    their order unless that value is close to x (_logit_keys_close), which happens only near 0. (With fp32 or scaled
+    logits, LOGIT_DROP 0, any value may lie just below: the callers flag the run without asking.)"""
+    tl.static_assert(LOGIT_DROP > 0)
+    bits = x.to(tl.int32, bitcast=True)
+    up = ((bits & 0x7FFFFFFF) + (1 << LOGIT_DROP)).to(tl.float32, bitcast=True)  # |x| one step up (for x <= 0)
+    down = tl.where(bits > 0, (bits - (1 << LOGIT_DROP)).to(tl.float32, bitcast=True), -up)
+    return _logit_keys_close(x, down, m)
+
+
+@triton.jit
 def _pair_level(hs, ids, vs, N: tl.constexpr):
     """One level of _thread_best's tree: N runs in id order -> ceil(N / 2)."""
     nh = ()
@@ -741,7 +759,8 @@ def _pick(xs, idx, N: tl.constexpr):
 @triton.jit
 def _thread_logit_rounds(xs, row_base, col_stride, row_ok, kc, logit_scale, softcap, E: tl.constexpr,
                          K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr, HAS_SCALE: tl.constexpr,
-                         HAS_SOFTCAP: tl.constexpr, WINNERS_IN_REGS: tl.constexpr, ACCURATE: tl.constexpr):
+                         HAS_SOFTCAP: tl.constexpr, WINNERS_IN_REGS: tl.constexpr, LOGIT_DROP: tl.constexpr,
+                         ACCURATE: tl.constexpr):
     """Step 5 of one row a thread for renormalized softmax, selected on the logits (LOGIT_KEYS), with no score
     for any lane: (ids [BM, BKC], the winners' exp(x - m) [BM, BKC], ambiguous rows [BM]).
 
@@ -803,7 +822,10 @@ def _thread_logit_rounds(xs, row_base, col_stride, row_ok, kc, logit_scale, soft
             top = _signed((best >> LB) << (LB + 1)).to(tl.float32, bitcast=True)  # the bucket's top
             # Equal to the K-th winner's logit: the first loser may repeat it, and a run of equal logits may go on
             # to a lower-id logit a little below whose score rounds to theirs (see _column_checks).
-            amb = amb | _logit_keys_close(prev_x, top, m) | (prev_x == top)
+            run = prev_x == top
+            if LOGIT_DROP > 0:
+                run = run & _below_close(prev_x, m, LOGIT_DROP)
+            amb = amb | _logit_keys_close(prev_x, top, m) | run
     if ROUNDS == K:  # no (K + 1)-th expert: the last winner's own depth still counts
         amb = amb | (prev_x < m - 75.0)
     return ids_k, w_k, amb & row_ok
@@ -814,7 +836,8 @@ def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scal
                  E: tl.constexpr, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr,
                  SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr, HAS_SCALE: tl.constexpr,
                  HAS_SOFTCAP: tl.constexpr, HAS_BIAS: tl.constexpr, LOGIT_KEYS: tl.constexpr,
-                 FORCE_EXACT: tl.constexpr, WINNERS_IN_REGS: tl.constexpr, ACCURATE: tl.constexpr):
+                 FORCE_EXACT: tl.constexpr, WINNERS_IN_REGS: tl.constexpr, LOGIT_DROP: tl.constexpr,
+                 ACCURATE: tl.constexpr):
     """Steps 1-5 for narrow rows (no groups), one row a thread: the E columns are E vectors of [BM], so
     every reduction along a row stays inside its thread (the max and sum a chain, each round's winner a
     tree), with no shuffle.
@@ -836,7 +859,8 @@ def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scal
     xk = tl.full([BLOCK_M, BLOCK_KC], float("-inf"), tl.float32)
     if LOGIT_KEYS:
         ids_k, w_k, amb = _thread_logit_rounds(xs, row_base, col_stride, row_ok, kc, logit_scale, softcap, E, K,
-                                               BLOCK_M, BLOCK_KC, HAS_SCALE, HAS_SOFTCAP, WINNERS_IN_REGS, ACCURATE)
+                                               BLOCK_M, BLOCK_KC, HAS_SCALE, HAS_SOFTCAP, WINNERS_IN_REGS, LOGIT_DROP,
+                                               ACCURATE)
         if FORCE_EXACT:
             amb = amb | row_ok
         redo = tl.max(amb.to(tl.int32), axis=0)
@@ -1009,7 +1033,7 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
                 BLOCK_W: tl.constexpr, LANE_BITS: tl.constexpr, SCORING: tl.constexpr,
                 SELECT_LOGITS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                 HAS_BIAS: tl.constexpr, LOGIT_KEYS: tl.constexpr, FORCE_EXACT: tl.constexpr,
-                PAIR_EXACT: tl.constexpr, ACCURATE: tl.constexpr):
+                PAIR_EXACT: tl.constexpr, LOGIT_DROP: tl.constexpr, ACCURATE: tl.constexpr):
     """Steps 1-5 for rows without groups on Q threads each (SPLIT_ROWS): column j * Q + q of a row lives in
     its thread q as entry j of a tuple of N = ceil(E / Q) tensors [BM, Q], so each reduction is a tree
     inside the thread (_fold) and then one across the Q threads (log2(Q) shuffles), where one row a warp
@@ -1077,6 +1101,8 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
         # The K-th winner's logit repeated by the first loser: the run may go on past the words seen (see
         # _column_checks), which no pair settles.
         run = (kc[None, :] == K - 1) & has_next & (k_lo == k_next)
+        if LOGIT_DROP > 0:
+            run = run & _below_close(k_lo, row_max[:, None], LOGIT_DROP)
         amb = amb | (cur & ((d == 0) | (k_lo < row_max[:, None] - 75.0) | (has_next & close) | run))
         if PAIR_EXACT:
             # What only the exact keys decide: a clamped distance, an underflowing or dead winner (not a
@@ -1174,6 +1200,7 @@ def _route_kernel(
     APPROX_KEYS: tl.constexpr,  # sigmoid / sqrt-softplus keys from fast math, margins checked (one row a program)
     APPROX_REPAIR: tl.constexpr,  # with APPROX_KEYS and no groups: close winners reordered on exact keys
     LOGIT_KEYS: tl.constexpr,  # renormalized softmax selected on the logits, margins checked (one row a program)
+    LOGIT_DROP: tl.constexpr,  # LOGIT_KEYS: low mantissa bits the logits' format leaves 0 (bf16 16, fp16 13, else 0)
     THREAD_ROWS: tl.constexpr,  # narrow rows without groups, one a thread (_thread_rows)
     SPLIT_ROWS: tl.constexpr,  # 0, or rows without groups on this many threads each (_split_rows)
     PAIR_EXACT: tl.constexpr,  # split rows with LOGIT_KEYS: close rows settled on exact scores first (off: A/B)
@@ -1269,14 +1296,14 @@ def _route_kernel(
         ids_k, thread_x, row_max, row_sum, thread_w, redo = _thread_rows(
             row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc, N_GROUP * GROUP_SIZE,
             K, BLOCK_M, BLOCK_KC, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP, HAS_BIAS, LOGIT_KEYS, FORCE_EXACT,
-            WINNERS_IN_REGS, ACCURATE)
+            WINNERS_IN_REGS, LOGIT_DROP, ACCURATE)
         if COUNT_FALLBACKS:
             tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
     elif SPLIT_ROWS > 0:
         ids_k, thread_x, row_max, row_sum, redo = _split_rows(
             row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc, N_GROUP * GROUP_SIZE,
             K, SPLIT_ROWS, BLOCK_M, BLOCK_KC, BLOCK_W, LANE_BITS, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP,
-            HAS_BIAS, LOGIT_KEYS, FORCE_EXACT, PAIR_EXACT, ACCURATE)
+            HAS_BIAS, LOGIT_KEYS, FORCE_EXACT, PAIR_EXACT, LOGIT_DROP, ACCURATE)
         if COUNT_FALLBACKS:
             tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
     else:
@@ -1420,11 +1447,12 @@ def _route_kernel(
                 if SCALAR_CHECKS:
                     # Column i - 1 against its next word, as soon as that is known (the rounds' scalars).
                     amb_s = amb_s | _column_checks(prev, best, i - 1, base, bias_mag, m_row, K, LANE_BITS,
-                                                   DIST_SHIFT, SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS)
+                                                   DIST_SHIFT, SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS,
+                                                   LOGIT_DROP=LOGIT_DROP)
                     prev = best
             if SCALAR_CHECKS and ROUNDS == K:
                 amb_s = amb_s | _column_checks(prev, INT32_MIN, K - 1, base, bias_mag, m_row, K, LANE_BITS, DIST_SHIFT,
-                                               SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS)
+                                               SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS, LOGIT_DROP=LOGIT_DROP)
             # Round i + 1's word at i: wk one column on (a shuffle; the launcher gives one row a program a column
             # for each round), INT32_MIN past the rounds.
             tl.static_assert(ROUNDS <= BLOCK_KC, "one row a program keeps every round's word in wk")
@@ -1432,7 +1460,7 @@ def _route_kernel(
             wn = tl.where(f_col + 1 < ROUNDS, wn, INT32_MIN)
             cur = f_col < K
             amb = cur & _column_checks(wk, wn, f_col, base, bias_mag, m_row, K, LANE_BITS, DIST_SHIFT, SCORING,
-                                       APPROX_KEYS, LOGIT_KEYS, RAW_BITS, not APPROX_REPAIR)
+                                       APPROX_KEYS, LOGIT_KEYS, RAW_BITS, not APPROX_REPAIR, LOGIT_DROP)
             close_any = f_col < 0  # close winners for _approx_repair (none without it)
             if APPROX_REPAIR:
                 tl.static_assert((N_GROUP == 1) and (BLOCK_KC >= K + 2), "the repair takes K + 2 words, no groups")
