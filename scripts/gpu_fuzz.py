@@ -17,7 +17,7 @@ two-warp programs, register caps), and real logits are normal draws with ties in
 The kernel writes into poisoned outputs; every element must be written, every row must route to the reference's ids
 (a row that differs is run through check_routing, which forgives near-ties within rtol 1e-5 of the keys and nothing
 else; a row with a +inf logit, outside the contract's domain, needs only K distinct valid ids), and the weights must
-be within 1e-6 relative of the reference's (4e-6 for p-norms, and for softcaps on the CPU, whose tanh is numpy's).
+be within 1e-6 relative of the reference's (4e-6 for p-norms, and for softcaps, whose tanh is not torch's).
 A failing case prints how to rebuild it (its seed); the exit status is the number of failing cases (capped at 100).
 """
 
@@ -195,9 +195,10 @@ def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTH
                 where = f" (row {r}: kernel {gi[r].tolist()} reference {wi[r].tolist()})"
             return desc, f"{len(rows)} rows differ from the reference; check_routing on them: {found[0]}{where}"
     same = ~(differ | undefined) & ~padded
-    # p-norms: 4e-6, as the kernel tests. On the CPU the interpreter's softcap takes numpy's tanh, an ulp off torch's
-    # at times, and c and the softmax's exp amplify that to ~2e-6 (seed 20044: 1.8e-6; without the softcap 2.3e-7).
-    rtol = 4e-6 if config.renorm_p != 1.0 or (device == "cpu" and config.softcap is not None) else 1e-6
+    # p-norms: 4e-6, as the kernel tests. Softcaps: the kernel's tanh (numpy's in the interpreter, libdevice's on a
+    # GPU) is an ulp or two off torch's at times, and c and the softmax's exp amplify that to ~2e-6 (CPU seed 20044:
+    # 1.8e-6, without the softcap 2.3e-7; H200 run 108, seed 6004, c = 30: 1.6e-6).
+    rtol = 4e-6 if config.renorm_p != 1.0 or config.softcap is not None else 1e-6
     err = (gw[same] - ww[same]).abs() - (1e-7 + rtol * ww[same].abs())
     if err.numel() and float(err.max()) > 0:
         r, c = divmod(int(err.argmax()), width)
