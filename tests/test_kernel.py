@@ -814,23 +814,29 @@ def _equal_run_rows(E):
     return torch.stack(rows)
 
 
-def _run_rows_in_format(E, K, dtype, near):
-    """Rows of one format (bf16, fp16) whose K-th logit b the first loser repeats: K - 1 winners above, b at two ids,
-    the rest below. Far from 0 (near False: b = 1.0, 0.75, ... under winners 3.0, 2.75, ...; positive, as the top
-    logit: a K-th logit of the other sign lies too far below the top for the words, its row always redone) no logit
-    of the format lies close below b, and the scores keep their order. Near 0 the next value down is close: the rows
-    place it at a lower id than b (b = 2**-17 under winners 2**-13 * (3.0, 2.5, ...): it scores like b; b = 0 or
-    the smallest subnormal with the value below; +0.0 with -0.0), a tie by score that the lower id wins."""
+def _run_rows_in_format(E, K, dtype):
+    """Cases (label, near, rows) of one format (bf16, fp16): rows whose K-th logit b the first loser repeats, K - 1
+    winners above, b at two ids, the rest below. Far from 0 (b = 1.0, 0.75, ... under winners 3.0, 2.5, ...; -1.5
+    under winners near -0.5; a K-th logit of the other sign than the top lies too far below it for one row a
+    program's words, its row always redone) no value of the format lies close below b, and the scores keep their
+    order. Near 0 the next value down is close, and the rows place it at a lower id than b, where it scores like b
+    or within rounding of it: b = 2**-17 under winners 2**-13 * (3.0, 2.5, ...); -2**-17; 0 over the smallest
+    negative subnormal; the smallest subnormal over 0; +0.0 over -0.0. (Triton's interpreter loads bf16 subnormals
+    as 0: on the CPU those bf16 rows are rows of zeros.)"""
     tiny = torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps  # the smallest subnormal
     small = 2.0 ** -17
-    below_small = float((torch.tensor(small, dtype=dtype).view(torch.int16) - 1).view(dtype))
-    if near:
-        bases = [(small, below_small, 2.0 ** -13, small / 4), (0.0, -tiny, 1.0, -1.0), (tiny, 0.0, 1.0, -1.0),
-                 (0.0, -0.0, 1.0, -1.0)]
-    else:
-        bases = [(b, None, 1.0, b - 1.0) for b in (1.0, 0.75, 0.25, 1.5, 2.0)]
-    rows = []
-    for b, below, top, rest in bases:
+
+    def down(v):  # the format's next value below v
+        return float(torch.tensor(v, dtype=dtype).view(torch.int16).add(1 if v < 0 else -1).view(dtype))
+
+    cases = [(f"far-{b}", False, b, None, 1.0, b - 1.0) for b in (1.0, 0.75, 0.25, 1.5, 2.0)]
+    cases += [("far-negative", False, -1.5, None, -0.25, -2.5), ("near-2^-17", True, small, down(small), 2.0 ** -13,
+              small / 4), ("near-minus-2^-17", True, -small, down(-small), 2.0 ** -13, -4 * small),
+              ("near-zero", True, 0.0, -tiny, 1.0, -1.0), ("near-subnormal", True, tiny, 0.0, 1.0, -1.0),
+              ("near-signed-zeros", True, 0.0, -0.0, 1.0, -1.0)]
+    out = []
+    for label, near, b, below, top, rest in cases:
+        rows = []
         for lo in range(E - K - (below is not None)):
             x = torch.full((E,), rest - 0.0625 * abs(rest) * (lo % 3))
             x[E - K + 1:] = top * torch.tensor([3.0 - 0.5 * j for j in range(K - 1)])
@@ -840,7 +846,8 @@ def _run_rows_in_format(E, K, dtype, near):
             else:
                 x[lo], x[lo + 1] = below, b  # the K-th winner is `below` (a tie by score) or b
             rows.append(x)
-    return torch.stack(rows).to(dtype)
+        out.append((label, near, torch.stack(rows).to(dtype)))
+    return out
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -848,9 +855,12 @@ def _run_rows_in_format(E, K, dtype, near):
 def test_logit_keys_equal_runs_in_bf16_and_fp16(path, dtype, monkeypatch):
     """The equal-run check on bf16 / fp16 logits (LOGIT_DROP): a K-th logit repeated by the first loser redoes the
     row only where the format has a value close below it (near 0), not everywhere as for fp32 logits (run 106: 5.9%
-    of bf16 Qwen3 rows, 2x the time). Far rows: no program redone (every one with the check forced on every run),
-    ids the reference's; near rows: every program redone, ids those of the exact path (a lower-id logit just below b
-    that scores like b, or -0.0 against +0.0). Each launch asserted to carry the format's LOGIT_DROP."""
+    of bf16 Qwen3 rows, 2x the time). Each case in its own launch (one program of one row a thread holds them all, so
+    that no case's flag hides another's). Far rows: no program redone (every one with the check forced on every
+    run), ids the reference's; near rows: every program redone, ids those of the exact path. (One row a program and
+    split rows redo near-0 rows under winners near 1 for their clamped distances anyway: only one row a thread, which
+    has no distance, shows the check alone there; a review found the x <= 0 branch untested before, 2026-12-04.)
+    Each launch asserted to carry the format's LOGIT_DROP."""
     import moegate.kernels.router as kr
 
     E, K = {"one-row": (32, 4), "thread-rows": (8, 2), "split-rows": (32, 4)}[path]
@@ -862,29 +872,29 @@ def test_logit_keys_equal_runs_in_bf16_and_fp16(path, dtype, monkeypatch):
         monkeypatch.setattr(kr, "split_rows_override", 4)
     config = RouterConfig(E, K, scoring="softmax", renormalize=True)
     seen = _spy_launches(monkeypatch)
-    for near in (False, True):
-        logits = _run_rows_in_format(E, K, dtype, near).to(DEVICE)
+    for label, near, logits in _run_rows_in_format(E, K, dtype):
+        logits = logits.to(DEVICE)
         got, (redo, _, programs) = _counted(logits, config)
         assert seen[-1]["LOGIT_KEYS"] and seen[-1]["LOGIT_DROP"] == (16 if dtype == torch.bfloat16 else 13)
-        assert redo == (programs if near else 0), (near, redo, programs)
+        assert redo == (programs if near else 0), (label, redo, programs)
         want = route(logits, config, backend="reference")
-        # Near rows tie by score in the kernel's fp32 exp, and fp16's gap of 2**-24 is an ulp of the scores, where
-        # torch's exp may round the other way (as in every near-tie test): rows routed otherwise than the reference
-        # must be such near-ties in fp64, and the kernel's exact path decides them.
+        # Near rows tie by score in the kernel's fp32 exp, or within an ulp (fp16's and -2**-17's gap of 2**-24),
+        # where torch's exp may round the other way (as in every near-tie test): rows routed otherwise than the
+        # reference must be such near-ties in fp64, and the kernel's exact path decides them.
         same = (got.ids == want.ids).all(dim=1)
-        assert near or bool(same.all())
+        assert near or bool(same.all()), label
         _, key64 = scores_and_keys(logits, config, None, torch.float64)
         for r in (~same).nonzero().flatten().tolist():
             torch.testing.assert_close(key64[r, got.ids[r].long()], key64[r, want.ids[r].long()], rtol=1e-6, atol=0)
         torch.testing.assert_close(got.weights[same], want.weights[same], rtol=1e-6, atol=1e-7)
         monkeypatch.setattr(kr, "force_exact_override", True)
-        torch.testing.assert_close(got.ids, route(logits, config, backend="triton").ids, rtol=0, atol=0)
+        torch.testing.assert_close(got.ids, route(logits, config, backend="triton").ids, rtol=0, atol=0, msg=label)
         monkeypatch.setattr(kr, "force_exact_override", False)
         if not near:
             monkeypatch.setattr(kr, "logit_drop_override", False)
             every, (redo, _, programs) = _counted(logits, config)
             monkeypatch.setattr(kr, "logit_drop_override", None)
-            assert seen[-1]["LOGIT_DROP"] == 0 and redo == programs
+            assert seen[-1]["LOGIT_DROP"] == 0 and redo == programs, label
             torch.testing.assert_close(every.ids, want.ids, rtol=0, atol=0)
 
 
