@@ -1632,19 +1632,26 @@ def _every_layout_padded(config, tol, tokens, n_layouts=5, only=None):
                      num_valid_tokens=max(T - 3, 0), **extras(config, T, seed))
 
 
+# Each launch of the thread-row and split-row grids its own test: a config's launches x layouts x dtypes compile a
+# kernel each, and as one test they were the GPU suite's tail (H200 run 110: 223-241 s a config on one worker of 16).
+_THREAD_ROW_LAUNCHES = {"one-warp": (None, (0, 1, 2)), "one-warp-layouts": (None, (3, 4)),
+                        "two-rows-a-thread": ((64, 1), (1, 2)), "two-warps": ((64, 2), (1, 2))}
+
+
+@pytest.mark.parametrize("launch", list(_THREAD_ROW_LAUNCHES))
 @pytest.mark.parametrize("name,config,tol", _thread_row_configs(), ids=[c[0] for c in _thread_row_configs()])
-def test_thread_rows_match_reference(name, config, tol, monkeypatch):
+def test_thread_rows_match_reference(name, config, tol, launch, monkeypatch):
     """One row a thread (THREAD_ROWS), forced: every ungrouped knob, every layout, fp32 and bf16 logits, at
-    one row a thread on one warp (the heuristic's launch), two rows a thread, and two warps. The other two launches
-    take two layouts (global shared slots on bf16, per-rank replicas on fp32): the layouts only change the
-    epilogue, which the launches share, and every layout x launch cost the CPU lane ~190 s (and a GPU's first run
-    ~150 s of compiles a config)."""
+    one row a thread on one warp (the heuristic's launch; its five layouts in two tests), two rows a thread, and two
+    warps. The other two launches take two layouts (global shared slots on bf16, per-rank replicas on fp32): the
+    layouts only change the epilogue, which the launches share, and every layout x launch cost the CPU lane ~190 s
+    (and a GPU's first run ~150 s of compiles a config)."""
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, "thread_rows_override", True)
-    for launch in (None, (64, 1), (64, 2)):
-        monkeypatch.setattr(kr, "launch_override", launch)
-        _every_layout_padded(config, tol, (0, 1, 70), only=None if launch is None else (1, 2))
+    override, only = _THREAD_ROW_LAUNCHES[launch]
+    monkeypatch.setattr(kr, "launch_override", override)
+    _every_layout_padded(config, tol, (0, 1, 70), only=only)
 
 
 def _f32(bits):
@@ -1759,18 +1766,19 @@ def test_thread_winners_from_registers_keep_rows_on_the_fast_path(E, K, monkeypa
     assert_same_routing(got, route(logits, config, backend="reference"), logits, config, None)
 
 
+@pytest.mark.parametrize("q", [4, 8, 2], ids=["q4-one-warp", "q8-two-warps", "q2"])
 @pytest.mark.parametrize("name,config,tol", _thread_row_configs(), ids=[c[0] for c in _thread_row_configs()])
-def test_split_rows_match_reference(name, config, tol, monkeypatch):
+def test_split_rows_match_reference(name, config, tol, q, monkeypatch):
     """Rows split over Q threads (SPLIT_ROWS), forced: every ungrouped knob, every layout, fp32 and bf16
     logits; 4 threads a row (16 or 13 experts: 4 columns a thread, the last thread's 13th-16th columns
-    padding) on one warp, 8 threads a row on two warps, and 2 threads a row (8 columns a thread)."""
+    padding) on one warp, 8 threads a row on two warps, and 2 threads a row (8 columns a thread); each its own
+    test (see _THREAD_ROW_LAUNCHES)."""
     import moegate.kernels.router as kr
 
-    for q, launch in ((4, None), (8, (8, 2)), (2, None)):
-        monkeypatch.setattr(kr, "split_rows_override", q)
-        monkeypatch.setattr(kr, "launch_override", launch)
-        # The layouts act in the epilogue, which no Q changes: all five once, fp32 and bf16 on the others.
-        _every_layout_padded(config, tol, (0, 1, 29), n_layouts=5 if q == 4 else 2)
+    monkeypatch.setattr(kr, "split_rows_override", q)
+    monkeypatch.setattr(kr, "launch_override", (8, 2) if q == 8 else None)
+    # The layouts act in the epilogue, which no Q changes: all five once, fp32 and bf16 on the others.
+    _every_layout_padded(config, tol, (0, 1, 29), n_layouts=5 if q == 4 else 2)
 
 
 @needs_cuda
