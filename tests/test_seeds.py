@@ -254,6 +254,47 @@ def test_checker_near_ties_are_relative_to_the_keys():
     assert check_routing(w, torch.zeros_like(ids), biased, logits=x, bias=bias) == []
 
 
+def test_checker_near_ties_neither_forgive_dead_experts_nor_skip_weights():
+    """A review (2026-12-04) found three holes in the near-tie test against the reference: a dead expert's key (-inf,
+    of size inf) counted as near any key, so a router that took NaN / -inf experts over live ones passed; a set
+    of near-tied experts other than the reference's skipped the weight check, so any weights passed; and with
+    group_fill="zero" the checker compared the raw keys, not the 0.0 that every dropped expert ties at."""
+    nan, inf = float("nan"), float("inf")
+    logits = torch.tensor([[nan, 1.0, 2.0, 3.0, 0.5, 0.1, -1.0, -inf]])
+    for cfg, bias in ((RouterConfig(8, 2, scoring="sigmoid", has_correction_bias=True, renormalize=False),
+                       torch.zeros(8)), (RouterConfig(8, 2, renormalize=False), None)):
+        dead = torch.tensor([[0, 7]], dtype=torch.int32)  # NaN and -inf: weights 0
+        assert {v.what for v in check_routing(torch.zeros(1, 2), dead, cfg, logits=logits, bias=bias)} == {"selection"}
+        one_dead = torch.tensor([[3, 0]], dtype=torch.int32)
+        w = route(logits, cfg, bias=bias, backend="reference").weights[:, :1]
+        got = check_routing(torch.cat([w, torch.zeros(1, 1)], dim=1), one_dead, cfg, logits=logits, bias=bias)
+        assert {v.what for v in got} == {"selection"}
+    # Experts 1 and 2 tie: [0, 2] is as good as the reference's [0, 1], with its own weights only.
+    cfg = RouterConfig(8, 2, scoring="sigmoid", renormalize=False, routed_scaling_factor=2.5)
+    logits = torch.tensor([[3.0, 1.0, 1.0, 0.0, -1.0, -2.0, -3.0, -4.0]])
+    other = torch.tensor([[0, 2]], dtype=torch.int32)
+    right = torch.sigmoid(logits)[:, [0, 2]] * 2.5
+    assert check_routing(right, other, cfg, logits=logits) == []
+    bad = check_routing(torch.tensor([[123.0, 0.0]]), other, cfg, logits=logits)
+    assert [(v.what, v.column) for v in bad] == [("weight value", 0), ("weight value", 1)]
+    renormed = RouterConfig(8, 2, scoring="sigmoid", routed_scaling_factor=2.5)
+    s = torch.sigmoid(logits)[:, [0, 2]]
+    assert check_routing(s / s.sum() * 2.5, other, renormed, logits=logits) == []
+    assert "weight value" in {v.what for v in check_routing(s * 2.5, other, renormed, logits=logits)}
+    flipped = check_routing(right.flip(1), other.flip(1), cfg, logits=logits)  # [2, 0]: columns out of key order
+    assert [(v.what, v.column) for v in flipped] == [("column order", 1)]
+    # Zero fill: groups 0 and 1 kept, so experts 4-7 all key 0.0, above the kept ones' negative logits.
+    zero = RouterConfig(8, 3, scoring="sigmoid", selection="logits", n_group=4, topk_group=2, group_score="max",
+                        group_fill="zero", renormalize=False)
+    logits = torch.tensor([[-1.0, -2.0, -1.5, -2.5, -3.0, -4.0, -5.0, -6.0]])
+    assert route(logits, zero, backend="reference").ids.tolist() == [[4, 5, 6]]
+    for ids in ([4, 5, 7], [7, 6, 4]):
+        assert check_routing(torch.sigmoid(logits)[:, ids], torch.tensor([ids], dtype=torch.int32), zero,
+                             logits=logits) == []
+    assert {v.what for v in check_routing(torch.sigmoid(logits)[:, [4, 5, 0]], torch.tensor([[4, 5, 0]],
+            dtype=torch.int32), zero, logits=logits)} == {"selection"}
+
+
 def test_checker_refuses_arguments_that_do_not_fit():
     """Arguments route() refuses are refused here too (not reported as violations of correct output)."""
     cfg = RouterConfig(8, 2, scoring="sigmoid", has_expert_scale=True)

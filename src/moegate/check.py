@@ -9,7 +9,15 @@ import torch
 from moegate._checks import _check_bias, _check_expert_scale, _check_home_rank, _check_logits, _check_num_valid_tokens
 from moegate.config import RouterConfig
 from moegate.layout import ExpertLayout, _check_layout_for
-from moegate.reference import outside_domain, route_reference, scores_and_keys, shared_columns, valid_rows
+from moegate.reference import (
+    group_keys,
+    outside_domain,
+    route_reference,
+    routed_weights,
+    scores_and_keys,
+    shared_columns,
+    valid_rows,
+)
 
 
 class Violation(NamedTuple):
@@ -87,7 +95,9 @@ def check_routing(
 
     Near-ties: two keys within ``rtol`` of their size (|score| + |bias|, or |logit| + |bias| selecting on logits)
     may be chosen either way, and equal keys too: the checker does not test the lower-id tie rule (the kernel tests
-    do). Without ``logits``, a renormalized row whose routed weights are all 0 passes (all-NaN logits give it), and
+    do). The keys are those step 5 ranks (group_fill="zero": 0.0 for every dropped expert); a dead expert (-inf
+    key) is near only another dead one. Another set of near-tied experts than the reference's is held to its own
+    column order and weights (steps 6-8 on its scores). Without ``logits``, a renormalized row whose routed weights are all 0 passes (all-NaN logits give it), and
     with ``has_expert_scale`` the sum is not checked (the scale multiplies after the norm).
     The layout must fit the config and ``home_rank`` lie in [0, ep_size); given ``logits``, a config's bias and
     expert_scale are required, as route() requires them.
@@ -217,14 +227,18 @@ def _check_against_reference(found, add, logits, bias, token_ids, hash_table, ex
     K = config.top_k
     ref_w, ref_ids = _reference(logits, bias, token_ids, hash_table, expert_scale, config, layout)
     bias_c = None if bias is None else bias.detach().cpu()
-    _, key = scores_and_keys(logits.detach().cpu(), config, bias_c)  # [T, W]
+    scores, key = scores_and_keys(logits.detach().cpu(), config, bias_c)  # [T, W]
     # A key's size for the near-tie test: |s| + |b| (|x| + |b| selecting on logits), what its fp32 rounding scales
     # with. Relative, not absolute: softmax keys of 1e-10 and 2e-7 are no near-tie. FTZ'd denormals are.
     mag = key.abs() if bias_c is None else (key - bias_c.float()).abs() + bias_c.float().abs()
     floor = 2 * torch.finfo(torch.float32).tiny
+    # The keys as step 5 ranks them: group_fill="zero" ties every dropped expert at 0.0 (any of them may be taken).
+    key = group_keys(key, config)[0]
 
     def near(k_got, k_want, m_got, m_want):
-        return (k_got == k_want) | ((k_got - k_want).abs() <= rtol * torch.maximum(m_got, m_want) + floor)
+        # A dead expert's key (-inf) ties only with another's: its size is inf, and inf * rtol forgives anything.
+        close = (k_got - k_want).abs() <= rtol * torch.maximum(m_got, m_want) + floor
+        return (k_got == k_want) | (torch.isfinite(k_got) & torch.isfinite(k_want) & close)
 
     ref_ids = ref_ids[:, :K].long()
     for t in torch.nonzero(live).flatten().tolist():
@@ -237,6 +251,23 @@ def _check_against_reference(found, add, logits, bias, token_ids, hash_table, ex
             if not bool(near(got_keys, want_keys, mag[t, got][got_order], mag[t, want][want_order]).all()):
                 add(t, -1, "selection", f"experts {sorted(got.tolist())} differ from the reference's "
                     f"{sorted(want.tolist())}")
+                continue
+            # Another set of near-tied experts: its columns by key, descending (near-ties either way), and its
+            # weights steps 6-8 on that set's scores.
+            if config.routing != "hash":
+                for col in range(1, K):
+                    k_prev, k_col = key[t, got[col - 1]], key[t, got[col]]
+                    if k_col > k_prev and not bool(near(k_col, k_prev, mag[t, got[col]], mag[t, got[col - 1]])):
+                        add(t, col, "column order", f"column {col} holds expert {int(got[col])} (key "
+                            f"{float(k_col):.8g}) above column {col - 1}'s (key {float(k_prev):.8g}): columns go by "
+                            "key, descending")
+            expected = routed_weights(scores[t : t + 1], got[None, :], config, ExpertLayout(scale=layout.scale),
+                                      None if expert_scale is None else expert_scale.detach().cpu())[0, :K]
+            for col, e in enumerate(got.tolist()):
+                want_w = float(expected[col])
+                if abs(float(w64[t, col]) - want_w) > atol + rtol * abs(want_w):
+                    add(t, col, "weight value", f"expert {e}: weight {float(w64[t, col]):.8g}, reference (for "
+                        f"this set of near-tied experts) {want_w:.8g}")
             continue
         if config.routing != "hash":
             # Columns by key, descending (ties to the lower id): position by position against the reference's

@@ -71,6 +71,14 @@ def _stable_order(key: torch.Tensor, allowed: torch.Tensor | None = None) -> tor
 
 def select_topk(key: torch.Tensor, config: RouterConfig) -> torch.Tensor:
     """Steps 4-5: the K routed ids [T, K] (int64), ordered by key descending, ties to the lower id."""
+    key, allowed = group_keys(key, config)
+    return _stable_order(key, allowed)[:, : config.top_k]  # [T, K]
+
+
+def group_keys(key: torch.Tensor, config: RouterConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Step 4: (the keys [T, W] as step 5 ranks them, the experts it may take [T, W] bool or None for all).
+    ``group_fill="zero"`` sets the dropped groups' keys to 0.0 (dead experts stay -inf); ``"exclude"`` keeps the
+    keys and allows the kept groups' experts only; no groups: the keys, None."""
     T, W = key.shape
     allowed = None
     if config.n_group > 1:
@@ -89,7 +97,7 @@ def select_topk(key: torch.Tensor, config: RouterConfig) -> torch.Tensor:
             key = torch.where(kept | (key == float("-inf")), key, torch.zeros_like(key))
         else:
             allowed = kept
-    return _stable_order(key, allowed)[:, : config.top_k]  # [T, K]
+    return key, allowed
 
 
 def routed_weights(
