@@ -97,8 +97,9 @@ def check_routing(
     may be chosen either way, and equal keys too: the checker does not test the lower-id tie rule (the kernel tests
     do). The keys are those step 5 ranks (group_fill="zero": 0.0 for every dropped expert); a dead expert (-inf
     key) is near only another dead one. Another set of near-tied experts than the reference's is held to its own
-    column order and weights (steps 6-8 on its scores). Without ``logits``, a renormalized row whose routed weights are all 0 passes (all-NaN logits give it), and
-    with ``has_expert_scale`` the sum is not checked (the scale multiplies after the norm).
+    column order and weights (steps 6-8 on its scores). Without ``logits``, a renormalized row whose routed weights
+    are all 0 passes (all-NaN logits give it), and with ``has_expert_scale`` the sum is not checked (the scale
+    multiplies after the norm).
     The layout must fit the config and ``home_rank`` lie in [0, ep_size); given ``logits``, a config's bias and
     expert_scale are required, as route() requires them.
 
