@@ -703,3 +703,23 @@ def test_inkling_v1_wrapper_is_not_implemented():
     still Inkling v1 (not "not a MoE family")."""
     with pytest.raises(NotImplementedError, match="Inkling v1"):
         from_hf_config({"model_type": "inkling_mm_model", "text_config": {"num_experts": 8}})
+
+
+def test_keys_that_the_model_reads_otherwise_or_refuses():
+    """A review against transformers 5.24 (2026-12-04): DBRX keeps its depth in n_layers (the MoE layer list had the
+    default 24 layers for DBRX's 40); DeepSeek-V4 builds one shared MLP whatever n_shared_experts says; a null
+    routed_scaling_factor is 1.0 for MiMo-V2-Flash only (DeepSeek-V3's and GLM-4-MoE's configs refuse it); Cohere2
+    knows two combination strategies; a null group count is an error that names its key, not "no groups" or a bare
+    TypeError."""
+    dbrx = {"model_type": "dbrx", "n_layers": 40, "ffn_config": {"moe_num_experts": 16, "moe_top_k": 4}}
+    assert len(moe_layer_types(dbrx)) == 40 and from_hf_config(dbrx, layer=30).num_experts == 16
+    assert from_hf_config({"model_type": "deepseek_v4", "n_shared_experts": 2}).num_shared_experts == 1
+    assert from_hf_config({"model_type": "mimo_v2_flash", "routed_scaling_factor": None}).routed_scaling_factor == 1.0
+    for bad, match in (({"model_type": "deepseek_v3", "routed_scaling_factor": None}, "routed_scaling_factor is null"),
+                       ({"model_type": "glm4_moe", "routed_scaling_factor": None}, "routed_scaling_factor is null"),
+                       ({"model_type": "cohere2_moe", "num_shared_experts": 1,
+                         "shared_expert_combination_strategy": "mean"}, "shared_expert_combination_strategy"),
+                       ({"model_type": "mistral4", "n_group": None}, "n_group must be an integer"),
+                       ({"model_type": "deepseek_v3", "n_group": 8, "topk_group": None}, "topk_group must be")):
+        with pytest.raises(ValueError, match=match):
+            from_hf_config(bad)

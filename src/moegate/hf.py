@@ -85,6 +85,14 @@ class _View:
 # Builders, one per semantics class (docs/models.md, the Class table). Each reads the keys its family uses.
 
 
+def _int_key(v: _View, key: str, default: int) -> int:
+    """An integer the model needs (a group count): absent is the default; null is an error that names the key."""
+    value = v.get(key, default)
+    if value is None or isinstance(value, bool) or int(value) != value:
+        raise ValueError(f"{v.model_type}: {key} must be an integer, got {value!r}")
+    return int(value)
+
+
 def _shared(v: _View, key: str | None, default: int = 0) -> int:
     if key is None:
         return default
@@ -115,7 +123,10 @@ def _biased(
     if groups is not None:
         n_group = v.get(groups[0], group_defaults[0])
         topk_group = v.get(groups[1], group_defaults[1])
-        n_group, topk_group = (1, 1) if n_group is None else (int(n_group), int(topk_group))
+        if n_group is None:
+            n_group, topk_group = 1, 1
+        else:
+            n_group, topk_group = int(n_group), _int_key(v, groups[1], group_defaults[1])
     renorm = norm if isinstance(norm, bool) else bool(v.get(norm, norm_default))
     return RouterConfig(
         num_experts=v.need(E, E_default), top_k=v.need(K, K_default), scoring=scoring, selection=selection,
@@ -194,6 +205,9 @@ def _cohere2(v):
     fn = v.get("expert_selection_fn", "softmax")
     S = _shared(v, "num_shared_experts")
     strategy = v.get("shared_expert_combination_strategy", "sum")
+    if strategy not in ("sum", "average"):  # the model's forward raises on anything else
+        raise ValueError(f"{v.model_type}: shared_expert_combination_strategy must be 'sum' or 'average', "
+                         f"got {strategy!r}")
     # "average": the block returns (routed + shared) / 2: routed weights and shared experts carry a net 1/2.
     rsf = 0.5 if (S > 0 and strategy == "average") else 1.0
     E, K = v.need("num_experts", 8), v.need("num_experts_per_tok", 2)
@@ -250,15 +264,19 @@ def _ds3(E="n_routed_experts", K="num_experts_per_tok", E_default=256, K_default
         return _biased(
             v, E=E, K=K, E_default=E_default, K_default=K_default, groups=groups, group_defaults=group_defaults,
             group_fill=group_fill, norm=norm, norm_default=norm_default,
-            rsf=_rsf_or_one(v.get("routed_scaling_factor", rsf_default)), shared=S,
+            rsf=_rsf_or_one(v, v.get("routed_scaling_factor", rsf_default)), shared=S,
         )
     return build
 
 
-def _rsf_or_one(rsf):
-    """A null routed_scaling_factor is no scaling: MiMo-V2-Flash's config.json on the Hub stores null there, which its
-    transformers config turns into 1.0."""
-    return 1.0 if rsf is None else rsf
+def _rsf_or_one(v: _View, rsf):
+    """A null routed_scaling_factor is no scaling for MiMo-V2-Flash only: its config.json on the Hub stores null
+    there, which its transformers config turns into 1.0; DeepSeek-V3's and GLM-4-MoE's configs refuse a null."""
+    if rsf is None:
+        if v.model_type != "mimo_v2_flash":
+            raise ValueError(f"{v.model_type}: routed_scaling_factor is null (transformers refuses it for this model)")
+        return 1.0
+    return rsf
 
 
 def _mistral4(norm: str | bool):
@@ -267,7 +285,7 @@ def _mistral4(norm: str | bool):
         renorm = norm if isinstance(norm, bool) else bool(v.get(norm, True))
         return RouterConfig(
             num_experts=v.need("n_routed_experts", 128), top_k=v.need("num_experts_per_tok", 4), scoring="softmax",
-            n_group=int(v.get("n_group", 1) or 1), topk_group=int(v.get("topk_group", 1) or 1),
+            n_group=_int_key(v, "n_group", 1), topk_group=_int_key(v, "topk_group", 1),
             group_fill="zero", renormalize=renorm, renorm_eps=1e-20,
             routed_scaling_factor=float(v.get("routed_scaling_factor", 1.0)),
             num_shared_experts=_shared(v, "n_shared_experts", 1),
@@ -279,7 +297,7 @@ def _deepseek_v4(v):
     return _biased(
         v, E="n_routed_experts", K="num_experts_per_tok", E_default=256, K_default=6,
         scoring=_score_fn(v, "scoring_func", "sqrtsoftplus"), rsf=v.get("routed_scaling_factor", 1.5),
-        shared=_shared(v, "n_shared_experts", 1),
+        shared=1,  # the block builds one shared MLP whatever n_shared_experts says (modeling_deepseek_v4)
     )
 
 
@@ -563,7 +581,7 @@ FAMILIES: dict[str, _Family] = {
     "jamba": _Family("SM-F", _jamba, _NUM_EXPERTS, _jamba_layers, 32, "never renormalises"),
     "hunyuan_v1_moe": _Family("SM-R", _hunyuan, {"num_experts_per_tok": "moe_topk", "num_local_experts": "num_experts"},
                               layers_default=32, note="moe_topk may be a per-layer list (pass layer=)"),
-    "dbrx": _Family("SM-R (p-norm)", _dbrx, layers_default=24,
+    "dbrx": _Family("SM-R (p-norm)", _dbrx, {"n_layers": "num_hidden_layers"}, layers_default=24,
                     note="weights divided by their L-p norm, p = ffn_config.moe_normalize_expert_weights"),
     "aria_text": _Family("TK-SM", _topk_softmax("moe_num_experts", "moe_topk", 8, 2, "moe_num_shared_experts", 2),
                          layers_default=32),
