@@ -110,3 +110,33 @@ def test_graph_timer_median_of_ten_replays(fake_cuda, monkeypatch):
     n = bench.MAX_LAUNCHES
     assert replays.count(n) == 10 and replays.count(bench.ESTIMATE_LAUNCHES) == 2
     assert us == pytest.approx((LAUNCH_MS + GRAPH_MS / n) * 1e3, rel=1e-9)
+
+
+def test_timed_moegate_outputs_are_poisoned_and_checked_at_both_ends(fake_cuda, monkeypatch):
+    """_time poisons a moegate launch's outputs before timing it, so a variant (--ab, --sweep) that writes nothing
+    fails verify() instead of passing on the previous variant's output; verify() checks the last VERIFY_ROWS rows too,
+    where a launch that skipped its last programs would be wrong (a review, 2026-12-04)."""
+    from moegate import RouterConfig
+
+    monkeypatch.setattr(bench, "VERIFY_ROWS", 4)
+    route = bench.route
+    monkeypatch.setattr(bench, "route", lambda *a, **kw: route(*a, **{**kw, "backend": "reference"}))  # no kernel
+    config = RouterConfig(8, 2, scoring="sigmoid", renormalize=True)
+    logits = torch.arange(80, dtype=torch.float32).reshape(10, 8).remainder(7.0) / 8  # rows 0-3 and 6-9 checked
+    out = (torch.empty(10, 2), torch.empty(10, 2, dtype=torch.int32))
+    real = bench._Moegate(logits, config, None, out)
+    real()
+    assert real.verify() == 0
+
+    class Lazy(bench._Moegate):
+        def __call__(self):
+            _launch()  # times like a launch, writes nothing
+
+    bench._time(Lazy(logits, config, None, out), 0.5)
+    assert real.verify() > 0 and torch.isnan(out[0]).all() and (out[1] == -7).all()
+    real()
+    out[1][9] = out[1][9].flip(0)  # the last row's columns out of key order
+    assert real.verify() > 0
+    out[1][9] = out[1][9].flip(0)
+    out[0][5] = 0.0  # row 5 lies between the two windows: not compared with the reference
+    assert real.verify() == 0

@@ -22,12 +22,15 @@ calls, see ``TIMER``; launch gaps and Python overhead are out of every number; a
 - ``reference`` / ``compiled``: the torch reference, eager and under torch.compile (only at the token
   counts of ``--ref-tokens``: they are slow to compile and to run).
 
-Every timed moegate launch (table, --ab, --sweep) is checked afterwards: what its last graph replay wrote,
-on the first --verify-rows rows (4096), against the fp32 reference with ``check_routing``; a wrong routing
-is printed with its time and counted in the summary.
+Every timed moegate launch (table, --ab, --sweep) is checked afterwards: what its last graph replay wrote into
+outputs poisoned before the timing, on the first and the last VERIFY_ROWS rows (4096), against the fp32 reference
+with ``check_routing``; a wrong routing is printed with its time and counted in the summary.
 
 Bytes: T * W * itemsize read + T * K * 8 written (fp32 weights + int32 ids); GB/s is that over the
-time. Inputs are standard-normal logits; at small T they sit in L2 for every provider alike.
+time. Inputs are standard-normal logits, and every replay reads the same buffers: wherever logits and outputs fit
+the H200's L2 (~50 MB) they stay there, for every provider alike. That is every T for Mixtral, and T = 65536 too for
+DeepSeek-V3 bf16 and Qwen3 fp32 (~38 MB: the floor reads 6-7 TB/s there, above HBM's 4.8), where moegate / floor
+compares with a floor at L2 speed, not HBM's (a review, 2026-12-04; rotating inputs past L2 are not built yet).
 """
 
 import argparse
@@ -188,15 +191,18 @@ def _floor_launch(logits, weights, ids, K, pdl=True):
     )
 
 
-# Rows of each timed moegate launch checked against the fp32 reference afterwards (check_routing).
+# Rows of each timed moegate launch checked against the fp32 reference afterwards (check_routing): the first and the
+# last VERIFY_ROWS rows (a launch that skipped its last programs would time faster), into outputs poisoned before the
+# timing (a variant of --ab / --sweep that wrote nothing would pass on the previous variant's output).
 VERIFY_ROWS = 4096
 # --fallbacks: after each timed moegate launch, one more launch that counts the programs leaving the fast path.
 COUNT_FALLBACKS = False
 
 
 class _Moegate:
-    """The timed call: ``route`` into fixed outputs. ``verify()`` checks what the last call (the last graph
-    replay) wrote, on the first VERIFY_ROWS rows, against the fp32 reference: the number of violations."""
+    """The timed call: ``route`` into fixed outputs. ``poison()`` fills them with NaN / -7 (``_time`` calls it before
+    timing); ``verify()`` checks what the last call (the last graph replay) wrote, on the first and the last
+    VERIFY_ROWS rows, against the fp32 reference: the number of violations."""
 
     def __init__(self, logits, config, bias, out):
         self.logits, self.config, self.bias, self.out = logits, config, bias, out
@@ -204,15 +210,26 @@ class _Moegate:
     def __call__(self):
         return route(self.logits, self.config, bias=self.bias, out=self.out, backend="triton")
 
+    def poison(self):
+        self.out[0].fill_(float("nan"))
+        self.out[1].fill_(-7)
+        if self.out[0].is_cuda:
+            torch.cuda.synchronize()  # the timing launches on a stream of its own, which does not wait for this one
+
     def verify(self, rows=None):
-        """Violations in the first ``rows`` (VERIFY_ROWS) rows; None when the check is off."""
+        """Violations in the first and the last ``rows`` (VERIFY_ROWS) rows; None when the check is off."""
         from moegate.check import check_routing
 
-        n = min(VERIFY_ROWS if rows is None else rows, self.logits.shape[0])
+        T = self.logits.shape[0]
+        n = min(VERIFY_ROWS if rows is None else rows, T)
         if n <= 0:
             return None
-        return len(check_routing(self.out[0][:n], self.out[1][:n], self.config, logits=self.logits[:n],
-                                 bias=self.bias))
+        bad = 0
+        for part in (slice(0, n), slice(max(n, T - n), T)):
+            if part.start < part.stop:
+                bad += len(check_routing(self.out[0][part], self.out[1][part], self.config,
+                                         logits=self.logits[part], bias=self.bias))
+        return bad
 
     def fallbacks(self):
         """One launch with the kernel's counters on (moegate.kernels.router.count_fallbacks_into): (programs
@@ -240,8 +257,8 @@ def _verified(fn, label):
         print(f"{label}: not verified: {type(exc).__name__}: {exc}")
         return None
     if bad:
-        print(f"{label}: {bad} routing violations in the first {VERIFY_ROWS} rows (check_routing against the "
-              "fp32 reference): this time is of a wrong routing")
+        print(f"{label}: {bad} routing violations in the first and last {VERIFY_ROWS} rows (check_routing against "
+              "the fp32 reference): this time is of a wrong routing")
     if COUNT_FALLBACKS:
         redo, repaired, programs = fn.fallbacks()
         print(f"{label}: {redo} of {programs} programs redid their rows on the exact path "
@@ -337,6 +354,9 @@ def _median_us(graph, n, replays=10):
 
 def _time(fn, rep):
     """us a launch of fn: the median of ten replays of a CUDA graph of launches, timed with device events."""
+    poison = getattr(fn, "poison", None)
+    if poison is not None:
+        poison()  # what verify() reads afterwards is this timing's output, not an earlier one's
     if TIMER == "do_bench":
         import triton.testing
 
@@ -463,7 +483,7 @@ def summary(rows):
     checked = [r for r in all_rows if r.get("violations") is not None]
     if checked:
         wrong = [(r["shape"], r["T"], r["violations"]) for r in checked if r["violations"]]
-        lines.append(f"routing of the timed launches against the fp32 reference (first {VERIFY_ROWS} rows, "
+        lines.append(f"routing of the timed launches against the fp32 reference (first and last {VERIFY_ROWS} rows, "
                      f"{len(checked)} of {len(all_rows)} runs checked): {wrong if wrong else 'no violations'}")
     rows0 = [r for r in timed if r.get("floor0")]
     if rows0:
