@@ -85,14 +85,6 @@ class _View:
 # Builders, one per semantics class (docs/models.md, the Class table). Each reads the keys its family uses.
 
 
-def _int_key(v: _View, key: str, default: int) -> int:
-    """An integer the model needs (a group count): absent is the default; null is an error that names the key."""
-    value = v.get(key, default)
-    if value is None or isinstance(value, bool) or int(value) != value:
-        raise ValueError(f"{v.model_type}: {key} must be an integer, got {value!r}")
-    return int(value)
-
-
 def _shared(v: _View, key: str | None, default: int = 0) -> int:
     if key is None:
         return default
@@ -126,7 +118,7 @@ def _biased(
         if n_group is None:
             n_group, topk_group = 1, 1
         else:
-            n_group, topk_group = int(n_group), _int_key(v, groups[1], group_defaults[1])
+            n_group, topk_group = int(n_group), int(v.need(groups[1], group_defaults[1]))
     renorm = norm if isinstance(norm, bool) else bool(v.get(norm, norm_default))
     return RouterConfig(
         num_experts=v.need(E, E_default), top_k=v.need(K, K_default), scoring=scoring, selection=selection,
@@ -285,7 +277,7 @@ def _mistral4(norm: str | bool):
         renorm = norm if isinstance(norm, bool) else bool(v.get(norm, True))
         return RouterConfig(
             num_experts=v.need("n_routed_experts", 128), top_k=v.need("num_experts_per_tok", 4), scoring="softmax",
-            n_group=_int_key(v, "n_group", 1), topk_group=_int_key(v, "topk_group", 1),
+            n_group=int(v.need("n_group", 1)), topk_group=int(v.need("topk_group", 1)),
             group_fill="zero", renormalize=renorm, renorm_eps=1e-20,
             routed_scaling_factor=float(v.get("routed_scaling_factor", 1.0)),
             num_shared_experts=_shared(v, "n_shared_experts", 1),

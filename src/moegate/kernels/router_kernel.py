@@ -471,10 +471,7 @@ def _column_checks(w, wn, c, base, bias_mag, m_row, K: tl.constexpr, LANE_BITS: 
         amb = amb | (d == 0) | (k_lo < m_row - 75.0) | (has_next & _logit_keys_close(k_lo, k_next, m_row))
         # The K-th winner's logit repeated by the first loser: a run of equal logits may go on past the words seen,
         # to a lower-id logit a little below whose score rounds to theirs (a tie the lower id wins).
-        run = (c == K - 1) & has_next & (k_lo == k_next)
-        if LOGIT_DROP > 0:
-            run = run & _below_close(k_lo, m_row, LOGIT_DROP)
-        amb = amb | run
+        amb = amb | _equal_run((c == K - 1) & has_next & (k_lo == k_next), k_lo, m_row, LOGIT_DROP)
     elif DIST_SHIFT > 0:
         amb = amb | (has_next & (d == dn))  # two adjacent winners with equal distance bits
     else:
@@ -635,17 +632,19 @@ def _logit_keys_close(k_hi, k_lo, m):
 
 
 @triton.jit
-def _below_close(x, m, LOGIT_DROP: tl.constexpr):
-    """1 where a logit below logit x may still score like x (the equal-run check: a tie the lower id wins). Logits
+def _equal_run(run, x, m, LOGIT_DROP: tl.constexpr):
+    """The equal-run check: ``run`` (the K-th winner's logit x repeated by the first loser, so a run of equal logits
+    may go on past the words seen) where a logit below x may still score like x, a tie the lower id wins. Logits
     from bf16 / fp16 inputs with no scale or softcap are fp32 values whose low LOGIT_DROP mantissa bits are 0 (16,
     13; the set holds every bf16 / fp16 value): one below x is at most the next such value down, so the scores keep
-    their order unless that value is close to x (_logit_keys_close), which happens only near 0. (With fp32 or scaled
-    logits, LOGIT_DROP 0, any value may lie just below: the callers flag the run without asking.)"""
-    tl.static_assert(LOGIT_DROP > 0)
-    bits = x.to(tl.int32, bitcast=True)
-    up = ((bits & 0x7FFFFFFF) + (1 << LOGIT_DROP)).to(tl.float32, bitcast=True)  # |x| one step up (for x <= 0)
-    down = tl.where(bits > 0, (bits - (1 << LOGIT_DROP)).to(tl.float32, bitcast=True), -up)
-    return _logit_keys_close(x, down, m)
+    their order unless that value is close to x (_logit_keys_close), which happens only near 0. With fp32 or scaled
+    logits (LOGIT_DROP 0) any value may lie just below: every run counts."""
+    if LOGIT_DROP > 0:
+        bits = x.to(tl.int32, bitcast=True)
+        up = ((bits & 0x7FFFFFFF) + (1 << LOGIT_DROP)).to(tl.float32, bitcast=True)  # |x| one step up (for x <= 0)
+        down = tl.where(bits > 0, (bits - (1 << LOGIT_DROP)).to(tl.float32, bitcast=True), -up)
+        run = run & _logit_keys_close(x, down, m)
+    return run
 
 
 @triton.jit
@@ -822,9 +821,7 @@ def _thread_logit_rounds(xs, row_base, col_stride, row_ok, kc, logit_scale, soft
             top = _signed((best >> LB) << (LB + 1)).to(tl.float32, bitcast=True)  # the bucket's top
             # Equal to the K-th winner's logit: the first loser may repeat it, and a run of equal logits may go on
             # to a lower-id logit a little below whose score rounds to theirs (see _column_checks).
-            run = prev_x == top
-            if LOGIT_DROP > 0:
-                run = run & _below_close(prev_x, m, LOGIT_DROP)
+            run = _equal_run(prev_x == top, prev_x, m, LOGIT_DROP)
             amb = amb | _logit_keys_close(prev_x, top, m) | run
     if ROUNDS == K:  # no (K + 1)-th expert: the last winner's own depth still counts
         amb = amb | (prev_x < m - 75.0)
@@ -1100,9 +1097,7 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
         close = _logit_keys_close(k_lo, k_next, row_max[:, None])
         # The K-th winner's logit repeated by the first loser: the run may go on past the words seen (see
         # _column_checks), which no pair settles.
-        run = (kc[None, :] == K - 1) & has_next & (k_lo == k_next)
-        if LOGIT_DROP > 0:
-            run = run & _below_close(k_lo, row_max[:, None], LOGIT_DROP)
+        run = _equal_run((kc[None, :] == K - 1) & has_next & (k_lo == k_next), k_lo, row_max[:, None], LOGIT_DROP)
         amb = amb | (cur & ((d == 0) | (k_lo < row_max[:, None] - 75.0) | (has_next & close) | run))
         if PAIR_EXACT:
             # What only the exact keys decide: a clamped distance, an underflowing or dead winner (not a
