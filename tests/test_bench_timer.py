@@ -6,6 +6,7 @@ graph from a graph (not from eager calls) and report the launch's cost plus only
 """
 
 import contextlib
+import types
 
 import pytest
 import torch
@@ -140,3 +141,118 @@ def test_timed_moegate_outputs_are_poisoned_and_checked_at_both_ends(fake_cuda, 
     out[1][9] = out[1][9].flip(0)
     out[0][5] = 0.0  # row 5 lies between the two windows: not compared with the reference
     assert real.verify() == 0
+
+
+def test_rotation_cycles_every_copy_equally_and_checks_both_ends(fake_cuda, monkeypatch):
+    """Inputs rotated past the L2: a provider with several copies calls them in turn, the timed graph holds a
+    multiple of the copy count (each copy as often, every copy written by the last replay), poison() reaches every
+    copy's outputs and verify() checks the first and the last copy."""
+    calls = []
+
+    class Copy:
+        def __init__(self, i):
+            self.i, self.poisoned, self.bad = i, False, 0
+
+        def __call__(self):
+            calls.append(self.i)
+            _launch()
+
+        def poison(self):
+            self.poisoned = True
+
+        def verify(self, rows=None):
+            return self.bad
+
+    copies = [Copy(i) for i in range(3)]
+    fn = bench._Cycle(copies)
+    sizes = []
+    original = _Graph.replay
+
+    def replay(self):
+        sizes.append(self.launches)
+        original(self)
+
+    monkeypatch.setattr(_Graph, "replay", replay)
+    bench._time(fn, 0.5)  # 357 launches from the estimate, as above: 357 is already a multiple of 3
+    assert all(c.poisoned for c in copies)
+    assert sizes[-1] % 3 == 0 and sizes[-1] == 357
+    assert calls[:7] == [0, 1, 2, 0, 1, 2, 0] and {calls.count(i) for i in range(3)} == {len(calls) // 3}
+    calls.clear()
+    bench._time(fn, 0.4)  # 285 from the estimate -> 285 (a multiple of 3); 0.3 -> 214 -> 213
+    bench._time(fn, 0.3)
+    assert sizes[-1] == 213
+    assert fn.verify() == 0
+    copies[1].bad = 5  # a middle copy is not checked
+    assert fn.verify() == 0
+    copies[2].bad, copies[0].bad = 2, 1
+    assert fn.verify() == 3
+    peers = bench._Cycle([types.SimpleNamespace(verify=lambda rows=None, r=r: r) for r in ((1, 1e-7), (0, 3e-6))])
+    assert peers.verify() == (1, 3e-6)
+    one = bench._Cycle([types.SimpleNamespace(verify=lambda rows=None: None)])
+    assert one.verify() is None
+
+
+def test_rotation_copy_count():
+    """ROTATE_BYTES of logits and outputs, in at most MAX_COPIES copies; one copy when the rotation is off."""
+    from moegate import RouterConfig
+
+    dsv3 = bench.SHAPES["deepseek-v3-fp32"][0]
+    per_copy = 65536 * 256 * 4 + 65536 * 8 * 8
+    assert bench._copies(dsv3, torch.float32, 65536) == -(-bench.ROTATE_BYTES // per_copy) == 4
+    assert bench._copies(dsv3, torch.bfloat16, 65536) == 8
+    assert bench._copies(dsv3, torch.float32, 1) == bench.MAX_COPIES
+    assert bench._copies(RouterConfig(8, 2), torch.float32, 0) == bench.MAX_COPIES  # no bytes: no division by 0
+    old = bench.ROTATE_BYTES
+    try:
+        bench.ROTATE_BYTES = 0
+        assert bench._copies(dsv3, torch.float32, 65536) == 1
+    finally:
+        bench.ROTATE_BYTES = old
+
+
+def test_sglang_output_is_checked_with_rsf_applied_by_the_caller(monkeypatch):
+    """SGLang's router leaves rsf to the caller: its weights times rsf are compared with the fp32 reference's (any
+    column order); a wrong expert is a counted row, a weight off by 1% is the largest error; the summary says so."""
+    monkeypatch.setattr(bench, "VERIFY_ROWS", 16)
+    config = bench.SHAPES["deepseek-v3-fp32"][0]
+    logits, bias = torch.randn(20, 256), torch.randn(256) * 0.1
+    ref_w, ref_ids = bench.route_reference(logits, config, bias=bias)
+    perm = torch.randperm(config.top_k)
+    seen = []
+
+    def fake_sglang(scores, b, topk, **kw):
+        seen.append(kw)
+        w, ids = ref_w[:, perm] / config.routed_scaling_factor, ref_ids[:, perm].clone()
+        ids[3, 0] = next(e for e in range(256) if e not in ids[3].tolist())
+        w[5, 1] *= 1.01
+        ids[18, 0] = ids[18, 1]  # past VERIFY_ROWS: not compared
+        return w, ids
+
+    peer = bench._SGLang(fake_sglang, logits, config, bias)
+    wrong, rel = peer.verify()
+    assert wrong == 1 and rel == pytest.approx(0.01, rel=1e-3)
+    assert seen == [{"scoring_func": "sigmoid", "renormalize": True, "routed_scaling_factor": 2.5,
+                     "num_expert_group": 8, "topk_group": 4}]
+    rows = [{"shape": "x", "T": 64, "moegate": 1.0, "floor": 0.5, "sglang": 3.0, "sglang_check": (wrong, rel)}]
+    assert any("sglang's routing against the fp32 reference" in line and "[('x', 64, 1)]" in line
+               and "1.00e-02" in line for line in bench.summary(rows))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the providers live on a CUDA device")
+def test_providers_rotate_distinct_copies_on_the_gpu(monkeypatch):
+    """_providers: every provider cycles through the same copies of the inputs (distinct draws), each copy with its
+    own outputs; moegate's copies each route right after one call apiece."""
+    config, dtype = bench.SHAPES["deepseek-v3-fp32"]
+    T = 16
+    per_copy = T * 256 * 4 + T * 8 * 8
+    monkeypatch.setattr(bench, "ROTATE_BYTES", 3 * per_copy)
+    fns = bench._providers(config, dtype, T, None, {"reference"})
+    assert {name: fn.copies for name, fn in fns.items()} == {"moegate": 3, "floor": 3, "floor0": 3, "reference": 3}
+    mg = fns["moegate"]
+    assert len({c.logits.data_ptr() for c in mg.fns}) == 3 and len({c.out[0].data_ptr() for c in mg.fns}) == 3
+    assert not torch.equal(mg.fns[0].logits, mg.fns[1].logits)
+    mg.poison()
+    for _ in range(3):
+        mg()
+    torch.cuda.synchronize()
+    assert all(not c.out[0].isnan().any() for c in mg.fns) and mg.verify() == 0

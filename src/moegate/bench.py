@@ -27,10 +27,16 @@ outputs poisoned before the timing, on the first and the last VERIFY_ROWS rows (
 with ``check_routing``; a wrong routing is printed with its time and counted in the summary.
 
 Bytes: T * W * itemsize read + T * K * 8 written (fp32 weights + int32 ids); GB/s is that over the
-time. Inputs are standard-normal logits, and every replay reads the same buffers: wherever logits and outputs fit
-the H200's L2 (~50 MB) they stay there, for every provider alike. That is every T for Mixtral, and T = 65536 too for
-DeepSeek-V3 bf16 and Qwen3 fp32 (~38 MB: the floor reads 6-7 TB/s there, above HBM's 4.8), where moegate / floor
-compares with a floor at L2 speed, not HBM's (a review, 2026-12-04; rotating inputs past L2 are not built yet).
+time. Inputs are standard-normal logits (and a bias of N(0, 0.1^2)). Every provider cycles through the same copies
+of them (``--rotate-mb``, 256 MB by default, at most 256 copies; the ``cp`` column), so that a large launch reads its
+logits from HBM as a new batch's router does: with one copy (``--rotate-mb 0``, runs 1-112 of BENCHMARKS.md) the
+logits and outputs stay in the H200's L2 (~50 MB) wherever they fit, which made the floor read at 6-7 TB/s (above
+HBM's 4.8) for DeepSeek-V3 bf16 and Qwen3 fp32 at T = 65536 and for Mixtral always. Where 256 copies fit the L2 (T <= 64
+for every shape, Mixtral up to T = 4096) launches are timed L2-warm, as a router behind the gate GEMM that has just
+written its logits runs.
+
+SGLang's output is checked too (one more untimed call, its weights times rsf, which it leaves to the caller) against
+the fp32 reference on the first VERIFY_ROWS rows; a disagreement is printed and summarised.
 """
 
 import argparse
@@ -280,39 +286,107 @@ def _peer_check(fn, label):
     return result
 
 
+class _SGLang:
+    """The timed call: SGLang's ``moe_fused_gate`` on the inputs moegate gets. It allocates its outputs each call
+    and leaves rsf to the caller (``apply_routed_scaling_factor_on_output`` off, as SGLang's MoE layers call it):
+    ``verify()`` runs it once more, untimed, and compares its weights times rsf with the fp32 reference on the first
+    VERIFY_ROWS rows: (rows routed to other experts, the largest relative weight error)."""
+
+    def __init__(self, fn, logits, config, bias):
+        self.fn, self.logits, self.config, self.bias = fn, logits, config, bias
+
+    def __call__(self):
+        c = self.config
+        return self.fn(self.logits, self.bias, c.top_k, scoring_func=c.scoring, renormalize=c.renormalize,
+                       routed_scaling_factor=c.routed_scaling_factor, num_expert_group=c.n_group,
+                       topk_group=c.topk_group)
+
+    def verify(self, rows=None):
+        n = min(VERIFY_ROWS if rows is None else rows, self.logits.shape[0])
+        if n <= 0:
+            return None
+        weights, ids = self()
+        ref_w, ref_ids = route_reference(self.logits[:n], self.config, bias=self.bias)
+        return _compare_routing(weights[:n].float() * self.config.routed_scaling_factor, ids[:n], ref_w, ref_ids)
+
+
+# Inputs rotated past the L2: each provider cycles through copies of its inputs and outputs, ROTATE_BYTES of
+# logits and outputs in all (at most MAX_COPIES copies), so that a replay reads logits the previous launches did not
+# leave in the L2 (~50 MB on the H200), as every provider's first touch of a new batch would. 0: one copy (every
+# replay on the same buffers, the table of runs 1-112). Where MAX_COPIES copies fit the L2 (T <= 64 for every shape)
+# launches stay L2-warm: decode-sized launches are timed as a router behind its gate GEMM runs.
+ROTATE_BYTES = 256 << 20
+MAX_COPIES = 256
+
+
+def _copies(config, dtype, T) -> int:
+    """How many copies of a launch's inputs and outputs the rotation cycles through."""
+    per_copy = T * config.num_scored * torch.finfo(dtype).bits // 8 + T * config.top_k * 8
+    return max(1, min(MAX_COPIES, -(-ROTATE_BYTES // max(per_copy, 1)))) if ROTATE_BYTES > 0 else 1
+
+
+class _Cycle:
+    """Calls its providers in turn, one a call (a CUDA graph of n calls captures them in that order). ``poison()``
+    poisons every copy's outputs; ``verify()`` checks the first and the last copy (every copy is written by a graph
+    of a multiple of ``copies`` calls, as ``_time`` captures): violations summed, or for a peer (rows routed to
+    other experts summed, largest weight error)."""
+
+    def __init__(self, fns):
+        self.fns, self.next = list(fns), 0
+        self.copies = len(self.fns)
+
+    def __call__(self):
+        fn = self.fns[self.next]
+        self.next = (self.next + 1) % self.copies
+        return fn()
+
+    def poison(self):
+        for fn in self.fns:
+            if hasattr(fn, "poison"):
+                fn.poison()
+
+    def verify(self, rows=None):
+        ends = self.fns[:1] + self.fns[1:][-1:]
+        results = [fn.verify(rows) for fn in ends]
+        if any(r is None for r in results):
+            return None
+        if isinstance(results[0], tuple):
+            return sum(r[0] for r in results), max(r[1] for r in results)
+        return sum(results)
+
+    def fallbacks(self):
+        return self.fns[0].fallbacks()
+
+
 def _providers(config, dtype, T, sglang, want, flashinfer=None):
-    """name -> zero-argument callable, all on the same inputs."""
+    """name -> zero-argument callable, all on the same inputs: ``_copies`` copies of them, each provider cycling
+    through its copies (``_Cycle``) where there is more than one."""
     g = torch.Generator(device="cuda").manual_seed(T)
     W, K = config.num_scored, config.top_k
-    logits = torch.randn(T, W, generator=g, device="cuda").to(dtype)
+    C = _copies(config, dtype, T)
     bias = (torch.randn(W, generator=g, device="cuda") * 0.1) if config.has_correction_bias else None
-    out = (torch.empty(T, K, device="cuda"), torch.empty(T, K, dtype=torch.int32, device="cuda"))
-    floor_out = (torch.empty(T, K, device="cuda"), torch.empty(T, K, dtype=torch.int32, device="cuda"))
-    fns = {
-        "moegate": _Moegate(logits, config, bias, out),
-        "floor": lambda: _floor_launch(logits, *floor_out, K),
-        "floor0": lambda: _floor_launch(logits, *floor_out, K, pdl=False),
-    }
-    if sglang is not None:
-        scoring = config.scoring
-
-        def sglang_fn():
-            return sglang(logits, bias, K, scoring_func=scoring, renormalize=config.renormalize,
-                          routed_scaling_factor=config.routed_scaling_factor,
-                          num_expert_group=config.n_group, topk_group=config.topk_group)
-
-        fns["sglang"] = sglang_fn
-    if flashinfer is not None and _flashinfer_covers(config):
-        fns["flashinfer"] = _FlashInfer(flashinfer, logits, config, bias)
-    if "reference" in want:
-        fns["reference"] = lambda: route_reference(logits, config, bias=bias)
+    all_logits = torch.randn(C, T, W, generator=g, device="cuda").to(dtype)
+    per_copy = {name: [] for name in ("moegate", "floor", "floor0", "sglang", "flashinfer", "reference", "compiled")}
     if "compiled" in want:
         # One code object serves every shape, and dynamo counts each shape's guards against it: past its recompile
         # limit (8) it runs the function eagerly and the "compiled" figure is the eager one (run 62, Qwen3 T=4096).
         torch._dynamo.reset()
         compiled = torch.compile(lambda x, b: route_reference(x, config, bias=b), dynamic=False)
-        fns["compiled"] = lambda: compiled(logits, bias)
-    return fns
+    for logits in all_logits.unbind(0):
+        out = (torch.empty(T, K, device="cuda"), torch.empty(T, K, dtype=torch.int32, device="cuda"))
+        floor_out = (torch.empty(T, K, device="cuda"), torch.empty(T, K, dtype=torch.int32, device="cuda"))
+        per_copy["moegate"].append(_Moegate(logits, config, bias, out))
+        per_copy["floor"].append(lambda x=logits, o=floor_out: _floor_launch(x, *o, K))
+        per_copy["floor0"].append(lambda x=logits, o=floor_out: _floor_launch(x, *o, K, pdl=False))
+        if sglang is not None:
+            per_copy["sglang"].append(_SGLang(sglang, logits, config, bias))
+        if flashinfer is not None and _flashinfer_covers(config):
+            per_copy["flashinfer"].append(_FlashInfer(flashinfer, logits, config, bias))
+        if "reference" in want:
+            per_copy["reference"].append(lambda x=logits: route_reference(x, config, bias=bias))
+        if "compiled" in want:
+            per_copy["compiled"].append(lambda x=logits: compiled(x, bias))
+    return {name: fns[0] if C == 1 else _Cycle(fns) for name, fns in per_copy.items() if fns}
 
 
 # How each figure is timed. "graph" (the default): triton.testing.do_bench_cudagraph's method (a CUDA graph of
@@ -368,6 +442,8 @@ def _time(fn, rep):
         estimate_ms = _replay_ms(probe) / ESTIMATE_LAUNCHES
         del probe
         n = min(MAX_LAUNCHES, max(1, int(rep / max(estimate_ms, 1e-6))))
+        copies = getattr(fn, "copies", 1)
+        n = max(copies, n - n % copies)  # every copy as often, and each written by the graph (verify reads them)
         return _median_us(_capture(fn, n), n)
 
 
@@ -406,7 +482,8 @@ def _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, advanc
             if T in ref_tokens:
                 want = {"reference", "compiled"} if name in compiled_shapes else {"reference"}
             fns = _providers(config, dtype, T, sglang, want, flashinfer)
-            row = {"shape": name, "T": T, "dtype": str(dtype)[6:], "E": config.num_scored, "K": config.top_k}
+            row = {"shape": name, "T": T, "dtype": str(dtype)[6:], "E": config.num_scored, "K": config.top_k,
+                   "copies": getattr(fns["moegate"], "copies", 1)}
             samples = {prov: [] for prov in fns}
             for _ in range(repeats if T <= REPEAT_MAX_TOKENS else 1):
                 for prov, fn in fns.items():
@@ -422,8 +499,9 @@ def _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, advanc
             row["samples"] = samples
             if row.get("moegate") is not None:
                 row["violations"] = _verified(fns["moegate"], f"{name} T={T} moegate")
-            if row.get("flashinfer") is not None:
-                row["flashinfer_check"] = _peer_check(fns["flashinfer"], f"{name} T={T} flashinfer")
+            for peer in ("flashinfer", "sglang"):
+                if row.get(peer) is not None:
+                    row[f"{peer}_check"] = _peer_check(fns[peer], f"{name} T={T} {peer}")
             nbytes = T * config.num_scored * torch.finfo(dtype).bits // 8 + T * config.top_k * 8
             row["GB/s"] = nbytes / (row["moegate"] * 1e-6) / 1e9 if row.get("moegate") else None
             rows.append(row)
@@ -436,8 +514,8 @@ def _fmt(v, spec=".2f"):
     return "-" if v is None else format(v, spec)
 
 
-HEADER = (f"{'shape':18} {'T':>6} {'moegate':>8} {'sglang':>8} {'flashinf':>8} {'floor':>7} {'floor0':>7} {'ref':>8} "
-          f"{'compiled':>8} {'GB/s':>6} {'mg/sgl':>6} {'mg/fi':>6} {'mg/floor':>8}")
+HEADER = (f"{'shape':18} {'T':>6} {'cp':>3} {'moegate':>8} {'sglang':>8} {'flashinf':>8} {'floor':>7} {'floor0':>7} "
+          f"{'ref':>8} {'compiled':>8} {'GB/s':>6} {'mg/sgl':>6} {'mg/fi':>6} {'mg/floor':>8}")
 
 
 def _ratio(r, peer):
@@ -445,9 +523,10 @@ def _ratio(r, peer):
 
 
 def _format_row(r):
-    return (f"{r['shape']:18} {r['T']:>6} {_fmt(r.get('moegate')):>8} {_fmt(r.get('sglang')):>8} "
-            f"{_fmt(r.get('flashinfer')):>8} {_fmt(r.get('floor')):>7} {_fmt(r.get('floor0')):>7} "
-            f"{_fmt(r.get('reference')):>8} {_fmt(r.get('compiled')):>8} {_fmt(r.get('GB/s'), '.0f'):>6} "
+    return (f"{r['shape']:18} {r['T']:>6} {r.get('copies', 1):>3} {_fmt(r.get('moegate')):>8} "
+            f"{_fmt(r.get('sglang')):>8} {_fmt(r.get('flashinfer')):>8} {_fmt(r.get('floor')):>7} "
+            f"{_fmt(r.get('floor0')):>7} {_fmt(r.get('reference')):>8} {_fmt(r.get('compiled')):>8} "
+            f"{_fmt(r.get('GB/s'), '.0f'):>6} "
             f"{_fmt(_ratio(r, 'sglang'), '.3f'):>6} {_fmt(_ratio(r, 'flashinfer'), '.3f'):>6} "
             f"{_fmt(_ratio(r, 'floor'), '.2f'):>8}")
 
@@ -493,6 +572,12 @@ def summary(rows):
                  key=lambda x: x[2], default=None)
         lines.append(f"against floor0 (no PDL): worst moegate - floor0 at T <= 64: {ws}; worst moegate / floor0 at "
                      f"T >= 32768: {wl}")
+    sg = [r for r in rows if r.get("sglang_check")]
+    if sg:
+        off = [(r["shape"], r["T"], r["sglang_check"][0]) for r in sg if r["sglang_check"][0]]
+        lines.append(f"sglang's routing against the fp32 reference (first {VERIFY_ROWS} rows, its weights times rsf): "
+                     f"rows routed to other experts {off if off else 'none'}; largest relative weight error "
+                     f"{_fmt(max(r['sglang_check'][1] for r in sg), '.2e')}")
     fi = [r for r in rows if r.get("flashinfer")]
     if fi:
         fi_slower = [(r["shape"], r["T"], round(r["moegate"] / r["flashinfer"], 3)) for r in fi
@@ -689,7 +774,7 @@ def _counts(parser, option: str, text: str) -> list[int]:
 
 
 def main(argv=None) -> int:
-    global VERIFY_ROWS, COUNT_FALLBACKS, TIMER
+    global VERIFY_ROWS, COUNT_FALLBACKS, TIMER, ROTATE_BYTES
     p = argparse.ArgumentParser(prog="moegate bench", description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default=",".join(DEFAULT_SHAPES),
                    help="comma-separated names: " + ", ".join(SHAPES) + " (default: all but "
@@ -708,6 +793,10 @@ def main(argv=None) -> int:
     p.add_argument("--fallbacks", action="store_true",
                    help="after each timed moegate launch, print how many programs left the fast path (one more "
                         "launch with the kernel's counters on; each counting variant compiles once)")
+    p.add_argument("--rotate-mb", type=int, default=ROTATE_BYTES >> 20,
+                   help="MB of copies of each launch's inputs and outputs that every provider cycles through, so "
+                        "that large launches read logits from HBM, not the L2 (at most %d copies; 0: one copy, every "
+                        "replay on the same buffers)" % MAX_COPIES)
     p.add_argument("--json", help="write the rows and the summary here")
     p.add_argument("--sweep", action="store_true", help="time launch shapes instead of providers")
     p.add_argument("--ab", default=None,
@@ -737,7 +826,10 @@ def main(argv=None) -> int:
     variants = None if args.ab_variants is None else _names(p, "--ab-variants", args.ab_variants, AB_VARIANTS)
     if args.sweep and args.ab:
         p.error("--sweep times launch shapes, not the --ab variants; give one of them")
+    if args.rotate_mb < 0:
+        p.error(f"--rotate-mb must be >= 0, not {args.rotate_mb}")
     VERIFY_ROWS = args.verify_rows
+    ROTATE_BYTES = args.rotate_mb << 20
     TIMER = args.timer
     COUNT_FALLBACKS = args.fallbacks
     if not torch.cuda.is_available():
@@ -751,7 +843,8 @@ def main(argv=None) -> int:
         setattr(kr, name, value)
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} | {torch.cuda.get_device_name()} | "
           f"torch {torch.__version__} | triton {triton.__version__} | timer {TIMER}: CUDA-graph median, "
-          f"rep={args.rep} ms" + "".join(f" | {k}={v!r}" for k, v in settings.items()))
+          f"rep={args.rep} ms | inputs rotated over {args.rotate_mb} MB (at most {MAX_COPIES} copies; cp)"
+          + "".join(f" | {k}={v!r}" for k, v in settings.items()))
     if args.sweep:
         rows = sweep(shapes, tokens, args.rep)
         if args.json:
