@@ -144,17 +144,19 @@ def test_timed_moegate_outputs_are_poisoned_and_checked_at_both_ends(fake_cuda, 
 
 
 def test_rotation_cycles_every_copy_equally_and_checks_both_ends(fake_cuda, monkeypatch):
-    """Inputs rotated past the L2: a provider with several copies calls them in turn, the timed graph holds a
-    multiple of the copy count (each copy as often, every copy written by the last replay), poison() reaches every
-    copy's outputs and verify() checks the first and the last copy."""
-    calls = []
+    """Inputs rotated past the L2: a provider with several copies calls them in turn, each timed graph holds a
+    multiple of the copy count (each copy as often, every copy written by the last replay; at least one round when
+    the estimate asks for fewer launches than copies), poison() reaches every copy's outputs and verify() checks the
+    first and the last copy."""
+    captured = []  # (graph, copy) of each call made under a capture
 
     class Copy:
         def __init__(self, i):
             self.i, self.poisoned, self.bad = i, False, 0
 
         def __call__(self):
-            calls.append(self.i)
+            if _CLOCK.capturing is not None:
+                captured.append((_CLOCK.capturing, self.i))
             _launch()
 
         def poison(self):
@@ -165,22 +167,22 @@ def test_rotation_cycles_every_copy_equally_and_checks_both_ends(fake_cuda, monk
 
     copies = [Copy(i) for i in range(3)]
     fn = bench._Cycle(copies)
-    sizes = []
-    original = _Graph.replay
 
-    def replay(self):
-        sizes.append(self.launches)
-        original(self)
+    def timed_graph():
+        """The copies of the last graph captured, in capture order."""
+        last = captured[-1][0]
+        return [i for g, i in captured if g is last]
 
-    monkeypatch.setattr(_Graph, "replay", replay)
-    bench._time(fn, 0.5)  # 357 launches from the estimate, as above: 357 is already a multiple of 3
+    for rep, launches in ((0.5, 357), (0.4, 285), (0.3, 213)):  # the estimate's 357, 285 and 214 launches
+        bench._time(fn, rep)
+        order = timed_graph()
+        assert len(order) == launches and {order.count(i) for i in range(3)} == {launches // 3}
+        assert all(order[k] == (order[0] + k) % 3 for k in range(len(order)))  # in turn
     assert all(c.poisoned for c in copies)
-    assert sizes[-1] % 3 == 0 and sizes[-1] == 357
-    assert calls[:7] == [0, 1, 2, 0, 1, 2, 0] and {calls.count(i) for i in range(3)} == {len(calls) // 3}
-    calls.clear()
-    bench._time(fn, 0.4)  # 285 from the estimate -> 285 (a multiple of 3); 0.3 -> 214 -> 213
-    bench._time(fn, 0.3)
-    assert sizes[-1] == 213
+    many = bench._Cycle([Copy(i) for i in range(5)])
+    monkeypatch.setattr(bench, "MAX_LAUNCHES", 2)  # fewer launches than copies: one round of them
+    bench._time(many, 0.5)
+    assert sorted(timed_graph()) == [0, 1, 2, 3, 4]
     assert fn.verify() == 0
     copies[1].bad = 5  # a middle copy is not checked
     assert fn.verify() == 0
@@ -190,6 +192,27 @@ def test_rotation_cycles_every_copy_equally_and_checks_both_ends(fake_cuda, monk
     assert peers.verify() == (1, 3e-6)
     one = bench._Cycle([types.SimpleNamespace(verify=lambda rows=None: None)])
     assert one.verify() is None
+
+
+def test_do_bench_timer_times_every_copy_once_a_call(monkeypatch):
+    """--timer do_bench sizes its graph from eager calls, in no multiple of the copy count: it times a call of every
+    copy in turn, and the figure is that over the copy count."""
+    import triton.testing
+
+    calls = []
+    fn = bench._Cycle([lambda i=i: calls.append(i) for i in range(4)])
+
+    def fake_do_bench(f, rep, return_mode):
+        for _ in range(3):
+            f()
+        return 0.008  # ms for one call of f
+
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", fake_do_bench)
+    monkeypatch.setattr(bench, "TIMER", "do_bench")
+    assert bench._time(fn, 20) == pytest.approx(2.0)  # us a launch
+    assert calls == [0, 1, 2, 3] * 3
+    calls.clear()
+    assert bench._time(lambda: calls.append("one"), 20) == pytest.approx(8.0) and calls == ["one"] * 3
 
 
 def test_rotation_copy_count():
@@ -229,8 +252,14 @@ def test_sglang_output_is_checked_with_rsf_applied_by_the_caller(monkeypatch):
         return w, ids
 
     peer = bench._SGLang(fake_sglang, logits, config, bias)
-    wrong, rel = peer.verify()
-    assert wrong == 1 and rel == pytest.approx(0.01, rel=1e-3)
+    assert peer.verify() is not None and len(seen) == 1  # never called: verify() makes the call
+    peer.poison()
+    assert peer.last[0].isnan().all() and (peer.last[1] == -7).all()  # the outputs it will read: the next call's
+    peer()
+    wrong, rel = peer.verify()  # what the last call wrote, no further call
+    assert len(seen) == 2 and wrong == 1 and rel == pytest.approx(0.01, rel=1e-3)
+    assert seen[0] == seen[1]
+    seen.pop()
     assert seen == [{"scoring_func": "sigmoid", "renormalize": True, "routed_scaling_factor": 2.5,
                      "num_expert_group": 8, "topk_group": 4}]
     rows = [{"shape": "x", "T": 64, "moegate": 1.0, "floor": 0.5, "sglang": 3.0, "sglang_check": (wrong, rel)}]
@@ -250,6 +279,8 @@ def test_providers_rotate_distinct_copies_on_the_gpu(monkeypatch):
     assert {name: fn.copies for name, fn in fns.items()} == {"moegate": 3, "floor": 3, "floor0": 3, "reference": 3}
     mg = fns["moegate"]
     assert len({c.logits.data_ptr() for c in mg.fns}) == 3 and len({c.out[0].data_ptr() for c in mg.fns}) == 3
+    for name in ("floor", "floor0", "reference"):  # each copy its own logits (no late-bound lambda)
+        assert [f.__defaults__[0].data_ptr() for f in fns[name].fns] == [c.logits.data_ptr() for c in mg.fns]
     assert not torch.equal(mg.fns[0].logits, mg.fns[1].logits)
     mg.poison()
     for _ in range(3):

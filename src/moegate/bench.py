@@ -32,11 +32,12 @@ of them (``--rotate-mb``, 256 MB by default, at most 256 copies; the ``cp`` colu
 logits from HBM as a new batch's router does: with one copy (``--rotate-mb 0``, runs 1-112 of BENCHMARKS.md) the
 logits and outputs stay in the H200's L2 (~50 MB) wherever they fit, which made the floor read at 6-7 TB/s (above
 HBM's 4.8) for DeepSeek-V3 bf16 and Qwen3 fp32 at T = 65536 and for Mixtral always. Where 256 copies fit the L2 (T <= 64
-for every shape, Mixtral up to T = 4096) launches are timed L2-warm, as a router behind the gate GEMM that has just
-written its logits runs.
+for every default shape but 896-top16, whose T = 64 takes 58 MB; T = 256 for DeepSeek-V3 bf16 and Qwen3; Mixtral up to
+T = 4096) launches are timed L2-warm, as a router behind the gate GEMM that has just written its logits runs (the JSON
+rows' ``rotated_mb``). The rotated rows' checks read the first and the last copy.
 
-SGLang's output is checked too (one more untimed call, its weights times rsf, which it leaves to the caller) against
-the fp32 reference on the first VERIFY_ROWS rows; a disagreement is printed and summarised.
+SGLang's output is checked too (what the last replay wrote, its weights times rsf, which it leaves to the caller)
+against the fp32 reference on the first VERIFY_ROWS rows; a disagreement is printed and summarised.
 """
 
 import argparse
@@ -263,8 +264,9 @@ def _verified(fn, label):
         print(f"{label}: not verified: {type(exc).__name__}: {exc}")
         return None
     if bad:
-        print(f"{label}: {bad} routing violations in the first and last {VERIFY_ROWS} rows (check_routing against "
-              "the fp32 reference): this time is of a wrong routing")
+        where = " of the first and the last copy" if getattr(fn, "copies", 1) > 1 else ""
+        print(f"{label}: {bad} routing violations in the first and last {VERIFY_ROWS} rows{where} (check_routing "
+              "against the fp32 reference): this time is of a wrong routing")
     if COUNT_FALLBACKS:
         redo, repaired, programs = fn.fallbacks()
         print(f"{label}: {redo} of {programs} programs redid their rows on the exact path "
@@ -281,31 +283,41 @@ def _peer_check(fn, label):
         print(f"{label}: not verified: {type(exc).__name__}: {exc}")
         return None
     if result is not None and result[0]:
-        print(f"{label}: {result[0]} of the first {VERIFY_ROWS} rows routed to other experts than the fp32 "
+        where = " of the first and the last copy" if getattr(fn, "copies", 1) > 1 else ""
+        print(f"{label}: {result[0]} of the first {VERIFY_ROWS} rows{where} routed to other experts than the fp32 "
               "reference's")
     return result
 
 
 class _SGLang:
     """The timed call: SGLang's ``moe_fused_gate`` on the inputs moegate gets. It allocates its outputs each call
-    and leaves rsf to the caller (``apply_routed_scaling_factor_on_output`` off, as SGLang's MoE layers call it):
-    ``verify()`` runs it once more, untimed, and compares its weights times rsf with the fp32 reference on the first
-    VERIFY_ROWS rows: (rows routed to other experts, the largest relative weight error)."""
+    and leaves rsf to the caller (``apply_routed_scaling_factor_on_output`` off, as SGLang's MoE layers call it).
+    The last call's outputs are kept: under a graph capture each copy's outputs then stay live, at their own addresses
+    (a copy's writes do not land where the previous copy's did), and ``verify()`` reads what the last replay wrote.
+    ``verify()`` compares the weights times rsf with the fp32 reference on the first VERIFY_ROWS rows: (rows routed
+    to other experts, the largest relative weight error)."""
 
     def __init__(self, fn, logits, config, bias):
         self.fn, self.logits, self.config, self.bias = fn, logits, config, bias
+        self.last = None
 
     def __call__(self):
         c = self.config
-        return self.fn(self.logits, self.bias, c.top_k, scoring_func=c.scoring, renormalize=c.renormalize,
-                       routed_scaling_factor=c.routed_scaling_factor, num_expert_group=c.n_group,
-                       topk_group=c.topk_group)
+        self.last = self.fn(self.logits, self.bias, c.top_k, scoring_func=c.scoring, renormalize=c.renormalize,
+                            routed_scaling_factor=c.routed_scaling_factor, num_expert_group=c.n_group,
+                            topk_group=c.topk_group)
+        return self.last
+
+    def poison(self):
+        if self.last is not None:
+            self.last[0].fill_(float("nan"))
+            self.last[1].fill_(-7)
 
     def verify(self, rows=None):
         n = min(VERIFY_ROWS if rows is None else rows, self.logits.shape[0])
         if n <= 0:
             return None
-        weights, ids = self()
+        weights, ids = self.last if self.last is not None else self()
         ref_w, ref_ids = route_reference(self.logits[:n], self.config, bias=self.bias)
         return _compare_routing(weights[:n].float() * self.config.routed_scaling_factor, ids[:n], ref_w, ref_ids)
 
@@ -313,23 +325,30 @@ class _SGLang:
 # Inputs rotated past the L2: each provider cycles through copies of its inputs and outputs, ROTATE_BYTES of
 # logits and outputs in all (at most MAX_COPIES copies), so that a replay reads logits the previous launches did not
 # leave in the L2 (~50 MB on the H200), as every provider's first touch of a new batch would. 0: one copy (every
-# replay on the same buffers, the table of runs 1-112). Where MAX_COPIES copies fit the L2 (T <= 64 for every shape)
-# launches stay L2-warm: decode-sized launches are timed as a router behind its gate GEMM runs.
+# replay on the same buffers, the table of runs 1-112). Where MAX_COPIES copies fit the L2 (a copy under ~190 KB:
+# T <= 64 for every default shape but 896-top16, whose 256 copies at T = 64 take 58 MB; T = 256 for DeepSeek-V3 bf16
+# and Qwen3; Mixtral up to T = 4096, 48 MB) launches stay L2-warm, as a router behind the gate GEMM that has just
+# written its logits runs; the JSON rows give each launch's rotated MB.
 ROTATE_BYTES = 256 << 20
 MAX_COPIES = 256
 
 
+def _copy_bytes(config, dtype, T) -> int:
+    """One copy's logits and outputs (fp32 weights, int32 ids), bytes."""
+    return T * config.num_scored * torch.finfo(dtype).bits // 8 + T * config.top_k * 8
+
+
 def _copies(config, dtype, T) -> int:
     """How many copies of a launch's inputs and outputs the rotation cycles through."""
-    per_copy = T * config.num_scored * torch.finfo(dtype).bits // 8 + T * config.top_k * 8
+    per_copy = _copy_bytes(config, dtype, T)
     return max(1, min(MAX_COPIES, -(-ROTATE_BYTES // max(per_copy, 1)))) if ROTATE_BYTES > 0 else 1
 
 
 class _Cycle:
     """Calls its providers in turn, one a call (a CUDA graph of n calls captures them in that order). ``poison()``
-    poisons every copy's outputs; ``verify()`` checks the first and the last copy (every copy is written by a graph
-    of a multiple of ``copies`` calls, as ``_time`` captures): violations summed, or for a peer (rows routed to
-    other experts summed, largest weight error)."""
+    poisons every copy's outputs; ``verify()`` checks the first and the last copy (``_time`` makes every timed
+    graph a multiple of ``copies`` calls, and ``--timer do_bench`` times ``all_copies``, so the last replay writes
+    every copy): violations summed, or for a peer (rows routed to other experts summed, largest weight error)."""
 
     def __init__(self, fns):
         self.fns, self.next = list(fns), 0
@@ -357,6 +376,11 @@ class _Cycle:
     def fallbacks(self):
         return self.fns[0].fallbacks()
 
+    def all_copies(self):
+        """One call of every copy, in order (``--timer do_bench`` times this and divides by ``copies``)."""
+        for fn in self.fns:
+            fn()
+
 
 def _providers(config, dtype, T, sglang, want, flashinfer=None):
     """name -> zero-argument callable, all on the same inputs: ``_copies`` copies of them, each provider cycling
@@ -364,8 +388,9 @@ def _providers(config, dtype, T, sglang, want, flashinfer=None):
     g = torch.Generator(device="cuda").manual_seed(T)
     W, K = config.num_scored, config.top_k
     C = _copies(config, dtype, T)
-    bias = (torch.randn(W, generator=g, device="cuda") * 0.1) if config.has_correction_bias else None
+    # The logits first, then the bias: with one copy (--rotate-mb 0) the inputs of runs 1-112.
     all_logits = torch.randn(C, T, W, generator=g, device="cuda").to(dtype)
+    bias = (torch.randn(W, generator=g, device="cuda") * 0.1) if config.has_correction_bias else None
     per_copy = {name: [] for name in ("moegate", "floor", "floor0", "sglang", "flashinfer", "reference", "compiled")}
     if "compiled" in want:
         # One code object serves every shape, and dynamo counts each shape's guards against it: past its recompile
@@ -434,7 +459,9 @@ def _time(fn, rep):
     if TIMER == "do_bench":
         import triton.testing
 
-        return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median") * 1e3
+        copies = getattr(fn, "copies", 1)
+        call = fn.all_copies if copies > 1 else fn  # every copy once a call, each written by the last replay
+        return triton.testing.do_bench_cudagraph(call, rep=rep, return_mode="median") * 1e3 / copies
     with torch.cuda.stream(torch.cuda.Stream()):
         fn()  # compiles, allocates
         probe = _capture(fn, ESTIMATE_LAUNCHES)
@@ -482,8 +509,9 @@ def _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, advanc
             if T in ref_tokens:
                 want = {"reference", "compiled"} if name in compiled_shapes else {"reference"}
             fns = _providers(config, dtype, T, sglang, want, flashinfer)
+            copies = getattr(fns["moegate"], "copies", 1)
             row = {"shape": name, "T": T, "dtype": str(dtype)[6:], "E": config.num_scored, "K": config.top_k,
-                   "copies": getattr(fns["moegate"], "copies", 1)}
+                   "copies": copies, "rotated_mb": round(copies * _copy_bytes(config, dtype, T) / 2**20, 1)}
             samples = {prov: [] for prov in fns}
             for _ in range(repeats if T <= REPEAT_MAX_TOKENS else 1):
                 for prov, fn in fns.items():
@@ -562,8 +590,9 @@ def summary(rows):
     checked = [r for r in all_rows if r.get("violations") is not None]
     if checked:
         wrong = [(r["shape"], r["T"], r["violations"]) for r in checked if r["violations"]]
-        lines.append(f"routing of the timed launches against the fp32 reference (first and last {VERIFY_ROWS} rows, "
-                     f"{len(checked)} of {len(all_rows)} runs checked): {wrong if wrong else 'no violations'}")
+        lines.append(f"routing of the timed launches against the fp32 reference (first and last {VERIFY_ROWS} rows; "
+                     f"of the first and the last copy where rotated; {len(checked)} of {len(all_rows)} runs checked): "
+                     f"{wrong if wrong else 'no violations'}")
     rows0 = [r for r in timed if r.get("floor0")]
     if rows0:
         ws = max(((r["shape"], r["T"], r["moegate"] - r["floor0"]) for r in rows0 if r["T"] <= 64),
