@@ -161,3 +161,62 @@ def test_replay_of_an_empty_batch_routes():
     w, ids = route(torch.randn(0, 8), RouterConfig(num_experts=8, top_k=2, routing="hash"), hash_table=table,
                    token_ids=token_ids, num_valid_tokens=num_valid)
     assert w.shape == ids.shape == (0, 2)
+
+
+def test_record_checks_its_ids_and_never_broadcasts_or_wraps():
+    """RoutingRecorder.record is public: a [T, 1] or 1-D tensor would broadcast into the [T, K] rows, ids past the
+    recorder's num_experts would be recorded (or wrapped in int16). Each is a ValueError; nothing is written."""
+    rec = RoutingRecorder(2, 4, 4, 16)
+    for bad, match in ((torch.tensor([[3], [5]]), "top_k=4"), (torch.tensor([1, 2, 3, 4]), r"\[T, K\]"),
+                       (torch.zeros(5, 4, dtype=torch.int64), "max_tokens=4"), (torch.zeros(2, 4), "integer"),
+                       (torch.tensor([[0, 1, 2, 16]]), r"\[-1, num_experts=16\)"),
+                       (torch.tensor([[0, 1, 2, -2]]), r"got \[-2, 2\]")):
+        with pytest.raises(ValueError, match=match):
+            rec.record(0, bad)
+    with pytest.raises(ValueError, match="layer"):
+        rec.record(2, torch.zeros(1, 4, dtype=torch.int64))
+    assert (rec.ids == -1).all() and (rec.num_tokens == -1).all()
+    small = RoutingRecorder(1, 2, 1, 16, dtype=torch.int16)
+    with pytest.raises(ValueError, match="got \\[99, 40000\\]"):
+        small.record(0, torch.tensor([[40000], [99]]))
+    rec.record(1, torch.tensor([[0, 1, 2, 15], [-1, -1, -1, -1]], dtype=torch.int32))
+    assert rec.layer_ids(1).tolist() == [[0, 1, 2, 15], [-1, -1, -1, -1]]
+
+
+def test_load_validates_each_recorded_row(tmp_path):
+    """A file whose recorded rows are not a capture route() could write (an id out of range or below -1, a repeat,
+    a half-padded row, padding before a live row) does not load; validate=False loads it as it is (moegate check
+    lists every such row). Rows past a layer's num_tokens are not read."""
+    from safetensors.torch import save_file
+
+    meta = {"format": "moegate.routing/1", "num_experts": "8", "top_k": "2"}
+    cases = {"outside": [[0, 8]], "below -1": [[-5, -5]], "repeats": [[3, 3]], "padded row": [[-1, 3]],
+             "live row after": [[-1, -1], [1, 2]]}
+    for name, rows in cases.items():
+        ids = torch.full((1, 3, 2), -1, dtype=torch.int32)
+        ids[0, :len(rows)] = torch.tensor(rows, dtype=torch.int32)
+        path = tmp_path / f"{name}.safetensors"
+        save_file({"ids": ids, "num_tokens": torch.tensor([len(rows)])}, str(path), meta)
+        with pytest.raises(ValueError, match="layer 0, row"):
+            RoutingRecorder.load(path)
+        assert RoutingRecorder.load(path, validate=False).layer_ids(0).tolist() == rows
+    ids = torch.full((1, 3, 2), -1, dtype=torch.int32)
+    ids[0, 0] = torch.tensor([7, 0])
+    ids[0, 2] = torch.tensor([9, 9])  # past num_tokens: never read
+    save_file({"ids": ids, "num_tokens": torch.tensor([1])}, str(tmp_path / "ok.safetensors"), meta)
+    assert RoutingRecorder.load(tmp_path / "ok.safetensors").layer_ids(0).tolist() == [[7, 0]]
+
+
+def test_load_refuses_what_the_constructor_refuses(tmp_path):
+    """No layers, zero-wide rows, or a num_tokens that is not integers (2.9 would be read as 2) do not load."""
+    from safetensors.torch import save_file
+
+    meta = {"format": "moegate.routing/1", "num_experts": "8"}
+    for ids, num_tokens in ((torch.zeros(0, 2, 2, dtype=torch.int32), torch.zeros(0, dtype=torch.int64)),
+                            (torch.zeros(1, 2, 0, dtype=torch.int32), torch.tensor([0])),
+                            (torch.zeros(1, 2, 2, dtype=torch.int32), torch.tensor([2.9])),
+                            (torch.zeros(1, 2, 2, dtype=torch.int32), torch.tensor([True]))):
+        path = tmp_path / "bad.safetensors"
+        save_file({"ids": ids, "num_tokens": num_tokens}, str(path), meta)
+        with pytest.raises(ValueError, match="layers >= 1"):
+            RoutingRecorder.load(path)

@@ -254,7 +254,8 @@ def test_route_record_then_check(capsys, tmp_path):
 
 def test_check_lists_each_kind_of_violation(capsys, tmp_path):
     rec = RoutingRecorder(2, 6, 3, 16)
-    rec.record(0, torch.tensor([[0, 1, 2], [3, 3, 4], [5, 16, 6], [-1, 7, 8], [-1, -1, -1]]))
+    bad = torch.tensor([[0, 1, 2], [3, 3, 4], [5, 16, 6], [-1, 7, 8], [-1, -1, -1]])
+    rec.ids[0, :5], rec.num_tokens[0] = bad, 5  # record() refuses id 16: the buffer written as a corrupt file would be
     rec.record(1, torch.tensor([[9, 10, 11], [-1, -1, -1], [12, 13, 14]]))
     path = tmp_path / "bad.safetensors"
     rec.save(path)

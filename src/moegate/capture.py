@@ -68,7 +68,10 @@ class RoutingRecorder:
 
     def check_batch(self, layer: int, num_tokens: int, top_k: int, num_ids: int, device: torch.device) -> None:
         """Raise ValueError unless a [num_tokens, top_k] batch of ids in [0, num_ids) on ``device`` fits
-        ``layer``: an id is never silently wrapped or recorded under the wrong num_experts."""
+        ``layer``: an id is never silently wrapped, nor recorded past the recorder's num_experts. That is an upper
+        bound, not the routing's own E: a recorder for a model whose layers route different expert counts
+        (HunYuan-MoE-V1's per-layer num_experts) is made for the largest. ``moegate check`` reads a saved file against
+        its metadata's num_experts unless given the model's config (then its load figures are over the model's E)."""
         _check_int("layer", layer, 0, self.num_layers - 1)
         if top_k != self.top_k:
             raise ValueError(f"recorder has top_k={self.top_k}, but the config routes top_k={top_k}")
@@ -89,7 +92,27 @@ class RoutingRecorder:
             raise ValueError(f"recorder is on {self.ids.device}, but logits are on {device}")
 
     def record(self, layer: int, ids: torch.Tensor) -> None:
-        """Write logical routed ids [T, K] (padded rows already -1) at ``layer``. No host sync."""
+        """Write logical routed ids [T, K] (padded rows already -1) at ``layer``. No host sync: the shape, dtype and
+        device are checked (ValueError), never broadcast; the values are the caller's to vouch for (route() writes
+        its own ids here) except on the CPU, where they are read too: ids in [-1, num_experts) that the buffer's
+        dtype holds, never wrapped."""
+        _check_int("layer", layer, 0, self.num_layers - 1)
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype.is_floating_point \
+                or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise ValueError(f"ids must be an integer tensor [T, K], got "
+                             f"{tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__}"
+                             f"{' ' + str(ids.dtype) if isinstance(ids, torch.Tensor) else ''}")
+        if ids.shape[1] != self.top_k:
+            raise ValueError(f"recorder has top_k={self.top_k}, but ids are [T, {ids.shape[1]}]")
+        if ids.shape[0] > self.max_tokens:
+            raise ValueError(f"recorder holds max_tokens={self.max_tokens} rows, but ids have T={ids.shape[0]}")
+        if ids.device != self.ids.device:
+            raise ValueError(f"recorder is on {self.ids.device}, but ids are on {ids.device}")
+        if ids.device.type == "cpu" and ids.numel():
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo < -1 or hi >= self.num_experts:
+                raise ValueError(f"ids must be in [-1, num_experts={self.num_experts}) (-1: padding), got "
+                                 f"[{lo}, {hi}]")
         T = ids.shape[0]
         self.ids[layer, :T].copy_(ids)
         self.num_tokens[layer].fill_(T)
@@ -139,8 +162,11 @@ class RoutingRecorder:
         save_file({"ids": ids.contiguous(), "num_tokens": num_tokens}, str(path), meta)
 
     @classmethod
-    def load(cls, path: str | Path, device: torch.device | str = "cpu") -> RoutingRecorder:
-        """Read a file written by ``save``. Raises ValueError on a file that is not a moegate capture."""
+    def load(cls, path: str | Path, device: torch.device | str = "cpu", *, validate: bool = True) -> RoutingRecorder:
+        """Read a file written by ``save``. Raises ValueError on a file that is not a moegate capture: its tensors'
+        shapes and dtypes, its metadata, and (``validate``) each recorded row, which must be all -1 (padding, the
+        batch's last rows only) or K distinct ids in [0, num_experts). ``moegate check`` loads with ``validate=False``
+        and lists every bad row instead."""
         from safetensors import safe_open
 
         try:
@@ -153,10 +179,12 @@ class RoutingRecorder:
         if meta.get("format") != "moegate.routing/1" or not {"ids", "num_tokens"} <= names:
             raise ValueError(f"{path}: not a moegate routing capture (metadata {json.dumps(meta)})")
         ids, num_tokens = tensors["ids"], tensors["num_tokens"]
-        if ids.dim() != 3 or ids.dtype not in RECORD_DTYPES or num_tokens.shape != (ids.shape[0],):
+        if ids.dim() != 3 or ids.dtype not in RECORD_DTYPES or num_tokens.shape != (ids.shape[0],) \
+                or num_tokens.dtype not in (torch.int16, torch.int32, torch.int64) or ids.shape[0] < 1 \
+                or ids.shape[2] < 1:
             raise ValueError(
-                f"{path}: ids must be [layers, max_tokens, top_k] int16/int32 and num_tokens [layers], got "
-                f"{tuple(ids.shape)} {ids.dtype} and {tuple(num_tokens.shape)}"
+                f"{path}: ids must be [layers >= 1, max_tokens, top_k >= 1] int16/int32 and num_tokens [layers] of "
+                f"integers, got {tuple(ids.shape)} {ids.dtype} and {tuple(num_tokens.shape)} {num_tokens.dtype}"
             )
         try:
             num_experts = int(meta["num_experts"])
@@ -171,8 +199,57 @@ class RoutingRecorder:
             layer = int(bad.nonzero()[0, 0])
             raise ValueError(f"{path}: layer {layer} has num_tokens={int(num_tokens[layer])}, outside [-1, "
                              f"max_tokens={ids.shape[1]}] (-1: never recorded)")
+        if validate:
+            found = _Found(1)
+            for layer, n in enumerate(num_tokens.tolist()):
+                if n > 0:
+                    _capture_row_violations(ids[layer, :n].long(), num_experts, layer, found)
+                    if found.count:
+                        raise ValueError(f"{path}: {found.messages[0]} (num_experts={num_experts})")
         rec = cls.__new__(cls)
         rec.num_experts = num_experts
         rec.ids = ids.to(device)
         rec.num_tokens = num_tokens.to(device=device, dtype=torch.int64)
         return rec
+
+
+class _Found:
+    """Counts every violation; words only for the first ``limit`` (a bad file can break millions of rows)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.count, self.messages = limit, 0, []
+
+    def add(self, message: str) -> None:
+        if len(self.messages) < self.limit:
+            self.messages.append(message)
+        self.count += 1
+
+    def add_each(self, positions: torch.Tensor, message) -> None:
+        """One violation per row of ``positions`` (from nonzero()); ``message(*position)`` words one."""
+        room = max(self.limit - len(self.messages), 0)
+        self.messages += [message(*p) for p in positions[:room].tolist()]
+        self.count += positions.shape[0]
+
+
+def _capture_row_violations(ids: torch.Tensor, num_experts: int, layer: int, found: _Found) -> None:
+    """ids [T, K] int64: each row all -1 (padding) or K distinct ids in [0, E); padding only at the end."""
+    is_pad = ids == -1  # [T, K]
+    padded = is_pad.all(dim=1)  # [T]
+    mixed = is_pad.any(dim=1) & ~padded  # [T]
+    found.add_each(torch.nonzero(mixed), lambda t: f"layer {layer}, row {t}: a padded row must be all -1, "
+                                                   f"got {ids[t].tolist()}")
+    out = ~padded.unsqueeze(1) & ~is_pad & ((ids < 0) | (ids >= num_experts))  # [T, K]
+    found.add_each(torch.nonzero(out), lambda t, k: f"layer {layer}, row {t}, column {k}: id {int(ids[t, k])} "
+                                                    f"is outside [0, {num_experts})")
+    live = ~is_pad.any(dim=1)  # [T]
+    if bool(padded.any()):
+        first_pad = int(torch.nonzero(padded)[0, 0])
+        later_live = torch.nonzero(live[first_pad:]).flatten()
+        if later_live.numel():
+            row = first_pad + int(later_live[0])
+            found.add(f"layer {layer}, row {row}: a live row after the padded row {first_pad}: padding must be the "
+                      "last rows of the batch (rows >= num_valid_tokens)")
+    ordered = ids.sort(dim=1).values  # [T, K]
+    dup = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] != -1)).any(dim=1) & ~padded  # [T]
+    found.add_each(torch.nonzero(dup), lambda t: f"layer {layer}, row {t}: an expert repeats within the row: "
+                                                 f"{ids[t].tolist()}")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from moegate.capture import RoutingRecorder
+from moegate.capture import RoutingRecorder, _capture_row_violations, _Found
 from moegate.check import Violation, check_routing, logical_routed_ids
 from moegate.config import RouterConfig
 from moegate.hf import from_hf_config
@@ -777,7 +777,7 @@ def check_capture(path: str, config: RouterConfig | None = None, max_listed: int
         raise FileNotFoundError(f"no such file: {path}")
     summary = {"command": "check", "file": str(path), "ok": False, "layers": [], "violations": 0, "first": []}
     try:
-        rec = RoutingRecorder.load(path)
+        rec = RoutingRecorder.load(path, validate=False)  # every bad row listed below, not only the first
         meta = _capture_metadata(path)
         E = rec.num_experts if config is None else config.num_scored
         real = E if config is None else config.num_experts  # zero-computation experts (ids >= E real) hold no load
@@ -810,7 +810,7 @@ def check_capture(path: str, config: RouterConfig | None = None, max_listed: int
             continue
         ids = rec.ids[layer, :n].long()  # [T, K]
         before = found.count
-        _check_capture_rows(ids, E, layer, found)
+        _capture_row_violations(ids, E, layer, found)
         live = ((ids >= 0) & (ids < E)).all(dim=1)  # [T]
         info.update(live_rows=int((ids >= 0).all(dim=1).sum()), padded_rows=int((ids == -1).all(dim=1).sum()),
                     violations=found.count - before)
@@ -823,53 +823,11 @@ def check_capture(path: str, config: RouterConfig | None = None, max_listed: int
     return summary
 
 
-class _Found:
-    """Counts every violation; words only for the first ``limit`` (a bad file can break millions of rows)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.count, self.messages = limit, 0, []
-
-    def add(self, message: str) -> None:
-        if len(self.messages) < self.limit:
-            self.messages.append(message)
-        self.count += 1
-
-    def add_each(self, positions: torch.Tensor, message) -> None:
-        """One violation per row of ``positions`` (from nonzero()); ``message(*position)`` words one."""
-        room = max(self.limit - len(self.messages), 0)
-        self.messages += [message(*p) for p in positions[:room].tolist()]
-        self.count += positions.shape[0]
-
-
 def _capture_metadata(path: str) -> dict:
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as f:
         return f.metadata() or {}
-
-
-def _check_capture_rows(ids: torch.Tensor, num_experts: int, layer: int, found: _Found) -> None:
-    """ids [T, K] int64: each row all -1 (padding) or K distinct ids in [0, E); padding only at the end."""
-    is_pad = ids == -1  # [T, K]
-    padded = is_pad.all(dim=1)  # [T]
-    mixed = is_pad.any(dim=1) & ~padded  # [T]
-    found.add_each(torch.nonzero(mixed), lambda t: f"layer {layer}, row {t}: a padded row must be all -1, "
-                                                   f"got {ids[t].tolist()}")
-    out = ~padded.unsqueeze(1) & ~is_pad & ((ids < 0) | (ids >= num_experts))  # [T, K]
-    found.add_each(torch.nonzero(out), lambda t, k: f"layer {layer}, row {t}, column {k}: id {int(ids[t, k])} "
-                                                    f"is outside [0, {num_experts})")
-    live = ~is_pad.any(dim=1)  # [T]
-    if bool(padded.any()):
-        first_pad = int(torch.nonzero(padded)[0, 0])
-        later_live = torch.nonzero(live[first_pad:]).flatten()
-        if later_live.numel():
-            row = first_pad + int(later_live[0])
-            found.add(f"layer {layer}, row {row}: a live row after the padded row {first_pad}: padding must be the "
-                      "last rows of the batch (rows >= num_valid_tokens)")
-    ordered = ids.sort(dim=1).values  # [T, K]
-    dup = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] != -1)).any(dim=1) & ~padded  # [T]
-    found.add_each(torch.nonzero(dup), lambda t: f"layer {layer}, row {t}: an expert repeats within the row: "
-                                                 f"{ids[t].tolist()}")
 
 
 def _cmd_check(args) -> int:
