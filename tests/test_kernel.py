@@ -209,6 +209,41 @@ def test_matches_reference_on_tie_free_logits(config, layout, dtype, tol):
         run_both(logits, config, layout, tol=tol, near_ties=config.has_correction_bias, home_rank=home, **kw)
 
 
+@pytest.mark.parametrize("ep_size", [2, 4])
+def test_home_rank_policy_on_every_rank_with_and_without_a_home_replica(ep_size):
+    """replica_policy="home_rank" on every home rank: the first replica on the home rank where there is one, else
+    round robin over the replicas (t % count). The grid's placement has a replica of each replicated expert on the
+    last rank, the grid's home: an expert replicated on other ranks only takes the fallback here (a kernel that took
+    the first replica there passed the grid, a review found)."""
+    E = 16
+    # Slots per rank: 8 / ep_size experts once each, then extras. Experts 0-3 get two more replicas, both on rank 0's
+    # half of the extra slots; experts 4-7 one more on the last rank's.
+    base = list(range(E))
+    extra = [0, 1, 2, 3, 0, 1, 2, 3] + [4, 5, 6, 7] * 2
+    per_rank = (len(base) + len(extra)) // ep_size
+    slots = []
+    for r in range(ep_size):  # rank r's base experts, then rank 0 the first extras, the last rank the last ones
+        slots += base[r * E // ep_size:(r + 1) * E // ep_size]
+        n = per_rank - E // ep_size
+        slots += extra[:n] if r == 0 else extra[-n:] if r == ep_size - 1 else extra[8:8 + n]
+    placement = ExpertPlacement(tuple(slots), E)
+    layout = ExpertLayout(ep_size=ep_size, placement=placement, replica_policy="home_rank")
+    config = RouterConfig(E, 4, scoring="softmax", renormalize=True)
+    logits = tie_free_logits(37, E, torch.float32, 5)
+    replicas = placement.replicas
+    no_home = [e for e in range(E) if len(replicas[e]) >= 2
+               and not any(p // per_rank == ep_size - 1 for p in replicas[e])]
+    assert no_home, "the placement must hold experts with several replicas and none on the last rank"
+    for home in range(ep_size):
+        got, want = run_both(logits, config, layout, home_rank=home)
+        phys = want.ids[:, :4].long()
+        for t in range(logits.shape[0]):  # the rule itself, on the reference's ids
+            for p in phys[t].tolist():
+                e = placement.physical_to_logical[p]
+                at_home = [q for q in replicas[e] if q // per_rank == home]
+                assert p == (at_home[0] if at_home else replicas[e][t % len(replicas[e])])
+
+
 @pytest.mark.parametrize("block_m,num_warps", [(1, 1), (4, 1), (2, 2), (1, 4)])
 def test_every_launch_shape_routes_the_same(block_m, num_warps, monkeypatch):
     """The heuristic only picks among correct launches: force each shape through the same batch."""

@@ -317,6 +317,26 @@ def test_placement_takes_numpy_and_tensor_tables():
                 list(torch.arange(8.0)), list(range(7)) + [np.True_]):
         with pytest.raises(ValueError, match="physical_to_logical"):
             ExpertPlacement(bad, 8)
+        if isinstance(bad, torch.Tensor):  # from_tensor checks as the constructor does (it truncated 1.7 to 1)
+            with pytest.raises(ValueError, match="physical_to_logical"):
+                ExpertPlacement.from_tensor(bad, 8)
+    assert ExpertPlacement.from_tensor(torch.tensor(want.physical_to_logical), 8) == want
+    with pytest.raises(ValueError, match="physical_to_logical"):
+        ExpertPlacement.from_tensor(torch.tensor([0, 1.7, 2, 3, 4, 5, 6, 7, 1.2]), 8)
+    with pytest.raises(ValueError, match="physical_to_logical"):
+        ExpertPlacement.from_tensor(torch.tensor([True] * 8), 8)
+
+
+def test_check_routing_refuses_a_layout_that_is_not_one():
+    """check_routing(layout=0 / [] / '') is a TypeError, as route() makes it: not a check against the default."""
+    import moegate
+
+    config = RouterConfig(num_experts=4, top_k=2, renormalize=False)
+    w, ids = torch.zeros(1, 2), torch.tensor([[0, 1]], dtype=torch.int32)
+    assert moegate.check_routing(w, ids, config, None) == []
+    for bad in (0, "", [], (), False, 1):
+        with pytest.raises(TypeError, match="layout must be an ExpertLayout"):
+            moegate.check_routing(w, ids, config, bad)
 
 
 def test_routing_check_error_is_public():

@@ -105,7 +105,7 @@ def check_routing(
 
     Reads the tensors on the host; not for the hot path. ``strict=True`` raises RoutingCheckError.
     """
-    layout = layout or ExpertLayout()
+    layout = ExpertLayout() if layout is None else layout  # 0, [], '' are refused below, not defaults
     found: list[Violation] = []
     if config.routing == "hash" and (token_ids is None) != (hash_table is None):
         missing = "token_ids" if token_ids is None else "hash_table"

@@ -54,7 +54,9 @@ class ExpertPlacement:
 
     @classmethod
     def from_tensor(cls, physical_to_logical: torch.Tensor, num_experts: int) -> ExpertPlacement:
-        return cls(tuple(int(v) for v in physical_to_logical.tolist()), num_experts)
+        """The placement of a 1-D integer tensor (an EPLB's physical_to_logical map), checked as the constructor
+        checks it: a float, bool or 2-D tensor is a ValueError, never truncated into another placement."""
+        return cls(physical_to_logical, num_experts)
 
     @property
     def num_physical(self) -> int:
