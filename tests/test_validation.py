@@ -363,3 +363,24 @@ def test_cpu_num_valid_tokens_tensor_outside_the_batch_raises():
     for bad in (99, -1, torch.tensor(7), torch.tensor([1, 2])):
         with pytest.raises(ValueError, match="num_valid_tokens"):
             check_routing(w, ids, cfg, logits=x, num_valid_tokens=bad)
+
+
+def test_cpu_bias_and_expert_scale_values_are_checked():
+    """A NaN or +inf bias would win every row for its expert whatever its logit (torch sorts NaN first), and a
+    negative or non-finite expert_scale gives weights that are not finite and >= 0, which check_routing rejects: on
+    the CPU (free to read) both are ValueErrors before anything runs; device tensors are not read (no sync)."""
+    c = RouterConfig(num_experts=8, top_k=2, scoring="sigmoid", has_correction_bias=True)
+    for v in (float("nan"), float("inf"), float("-inf")):
+        b = torch.zeros(8)
+        b[7] = v
+        with pytest.raises(ValueError, match=r"bias\[7\] = .*must be finite"):
+            route(torch.randn(3, 8), c, bias=b)
+    route(torch.randn(3, 8), c, bias=torch.full((8,), -3.0))  # negative biases are ordinary
+    c = RouterConfig(num_experts=8, top_k=2, has_expert_scale=True)
+    for v in (-0.5, float("nan"), float("inf")):
+        es = torch.ones(8)
+        es[2] = v
+        with pytest.raises(ValueError, match=r"expert_scale\[2\] = .*finite and >= 0"):
+            route(torch.randn(3, 8), c, expert_scale=es)
+    w, _ = route(torch.randn(3, 8), c, expert_scale=torch.zeros(8))  # a zero scale is allowed: weights 0
+    assert (w == 0).all()
