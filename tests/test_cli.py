@@ -703,6 +703,11 @@ def test_bench_set_takes_launcher_settings_and_refuses_anything_else(capsys):
     (["--compiled-shapes", "nope"], "--compiled-shapes: unknown name 'nope'"),
     (["--shapes", "deepseek-v3-fp32,nope"], "--shapes: unknown name 'nope'"),
     (["--sweep", "--ab", "16"], "--sweep times launch shapes"),
+    (["--verify-rows", "-1"], "--verify-rows must be >= 0"),
+    (["--rep", "0"], "--rep must be >= 1"),
+    (["--rotate-mb", "-1"], "--rotate-mb must be >= 0"),
+    (["--json", "/nonexistent-folder/x.json"], "writable folder"),
+    (["--json", "."], "writable folder"),
 ])
 def test_bench_usage_errors_come_before_anything_runs(capsys, monkeypatch, argv, message):
     """A typo in any option is a usage error before the table (it used to surface after the whole run, or as
@@ -837,3 +842,66 @@ def test_check_load_is_over_the_real_experts_as_in_route(capsys, tmp_path):
     got = run_json(capsys, "route", "--preset", "longcat-flash", "--tokens", "300", "--record", str(cap))
     checked = run_json(capsys, "check", str(cap), "--preset", "longcat-flash")
     assert checked["layers"][0]["max_over_mean"] == pytest.approx(got["load"]["expert_max_over_mean"])
+
+
+def test_bench_without_cuda_says_so_on_stderr(capsys, monkeypatch):
+    from moegate import bench
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench.main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "moegate bench: error: it needs a CUDA device" in err
+
+
+def test_route_bias_file_must_be_one_row(capsys, tmp_path):
+    """--bias: a [E] or [1, E] tensor; a [2, 128] one for 256 experts was flattened and routed without a word."""
+    import numpy as np
+
+    np.save(tmp_path / "b2d.npy", np.zeros((2, 128), dtype=np.float32))
+    np.save(tmp_path / "b1.npy", np.zeros((1, 256), dtype=np.float32))
+    code, _, err = run_cli(capsys, "route", "--tokens", "8", "--bias", str(tmp_path / "b2d.npy"))
+    assert code == 2 and "a bias is [256] (or [1, 256]), got (2, 128)" in err
+    code, _, err = run_cli(capsys, "route", "--tokens", "8", "--bias", str(tmp_path / "b1.npy"))
+    assert code == 0, err
+
+
+def test_route_plot_path_is_checked_before_the_run(capsys, tmp_path, monkeypatch):
+    """--plot: a missing folder, a folder or a name without an image suffix is a usage error before anything routes
+    (a failed plot used to end a whole run, after --record had written its file, with exit 2)."""
+    import moegate.cli as cli
+
+    monkeypatch.setattr(cli, "_route_inputs", lambda *a: (_ for _ in ()).throw(AssertionError("routed")))
+    for path, message in ((tmp_path / "nope" / "x.png", "no folder"), (tmp_path, "not a folder"),
+                          (tmp_path / "load.xyz", "ending in one of .png")):
+        code, _, err = run_cli(capsys, "route", "--plot", str(path), "--record", str(tmp_path / "cap.safetensors"))
+        assert code == 2 and message in err, err
+    assert not (tmp_path / "cap.safetensors").exists()
+
+
+def test_route_refuses_an_empty_logits_file(capsys, tmp_path):
+    import numpy as np
+
+    np.save(tmp_path / "empty.npy", np.zeros((0, 256), dtype=np.float32))
+    code, _, err = run_cli(capsys, "route", "--logits", str(tmp_path / "empty.npy"))
+    assert code == 2 and "no rows to route" in err
+
+
+def test_a_closed_stdout_exits_141_not_1(monkeypatch, tmp_path):
+    """`moegate check f | head`: the reader closing stdout is not a failed check (exit 1): 141, as a shell reports
+    SIGPIPE, from rich's console and from a plain print (--json) alike."""
+    import io
+
+    import moegate.cli as cli
+
+    rec = RoutingRecorder(1, 4, 2, 8)
+    rec.record(0, torch.tensor([[0, 1], [2, 3]]))
+    rec.save(tmp_path / "cap.safetensors")
+
+    class Closed(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    for argv in (["check", str(tmp_path / "cap.safetensors")], ["check", str(tmp_path / "cap.safetensors"), "--json"],
+                 ["route", "--tokens", "8"]):
+        monkeypatch.setattr("sys.stdout", Closed())
+        assert cli.main(argv) == cli.PIPE_CLOSED == 141, argv

@@ -857,12 +857,20 @@ def main(argv=None) -> int:
         p.error("--sweep times launch shapes, not the --ab variants; give one of them")
     if args.rotate_mb < 0:
         p.error(f"--rotate-mb must be >= 0, not {args.rotate_mb}")
+    if args.verify_rows < 0:
+        p.error(f"--verify-rows must be >= 0 (0: no check), not {args.verify_rows}")
+    if args.rep < 1:
+        p.error(f"--rep must be >= 1 (milliseconds of replay a measurement), not {args.rep}")
+    if args.json is not None:
+        folder = os.path.dirname(os.path.abspath(args.json))
+        if not args.json or os.path.isdir(args.json) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            p.error(f"--json {args.json!r}: give a file in a writable folder (checked before the run, not after it)")
     VERIFY_ROWS = args.verify_rows
     ROTATE_BYTES = args.rotate_mb << 20
     TIMER = args.timer
     COUNT_FALLBACKS = args.fallbacks
     if not torch.cuda.is_available():
-        print("moegate bench needs a CUDA device; none is available")
+        print("moegate bench: error: it needs a CUDA device; none is available", file=sys.stderr)
         return 2
     import triton
 

@@ -273,6 +273,10 @@ def _pick_key(path: str, names: list[str], key: str | None, prefer: tuple[str, .
     raise CliError(f"{path} holds {len(names)} tensors {sorted(names)}; pick one with {option}")
 
 
+PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+PIPE_CLOSED = 141  # the exit code when stdout's reader closed it early (128 + SIGPIPE)
+
+
 def _check_writable(path: str, option: str) -> None:
     """An output file's folder exists and can be written, checked before the run rather than after it."""
     if not path or Path(path).is_dir():
@@ -441,6 +445,8 @@ def _route_inputs(args, config: RouterConfig, device: torch.device):
         elif file_logits.dtype == torch.float64:
             file_logits = file_logits.float()
         rows = file_logits.shape[0]
+        if rows == 0:
+            raise CliError(f"{args.logits}: no rows to route (shape {tuple(file_logits.shape)})")
         if args.tokens is not None and args.tokens > rows:
             raise CliError(f"--tokens {args.tokens}: {args.logits} has only {rows} rows")
         T = rows if args.tokens is None else args.tokens
@@ -454,7 +460,11 @@ def _route_inputs(args, config: RouterConfig, device: torch.device):
     if config.has_correction_bias:
         if args.bias is not None:
             bias = load_tensor(args.bias, args.bias_key, prefer=("bias", "e_score_correction_bias"),
-                               option="--bias-key").reshape(-1)
+                               option="--bias-key")
+            if bias.dim() != 1 and not (bias.dim() > 1 and all(d == 1 for d in bias.shape[:-1])):
+                raise CliError(f"--bias {args.bias}: a bias is [{config.num_scored}] (or [1, {config.num_scored}]), "
+                               f"got {tuple(bias.shape)}")
+            bias = bias.reshape(-1)
             if bias.dtype == torch.float64:
                 bias = bias.float()
             notes["bias"] = args.bias
@@ -480,6 +490,10 @@ def run_route(args) -> dict:
     layout = ExpertLayout(shared_slots=args.shared_slots, ep_size=args.ep_size, scale=args.scale)
     device = _device(args.device)
     if args.plot is not None:
+        _check_writable(args.plot, "--plot")
+        if Path(args.plot).suffix.lower() not in PLOT_SUFFIXES:
+            raise CliError(f"--plot {args.plot}: give a file name ending in one of {', '.join(PLOT_SUFFIXES)} (the "
+                           "format is taken from it)")
         _require_matplotlib()
     if args.record is not None:
         _check_writable(args.record, "--record")
@@ -1102,10 +1116,19 @@ def _version() -> str:
     return moegate.__version__
 
 
+class _BrokenPipe(Exception):
+    """stdout's reader went away (``moegate check f | head``): exit 141, as a shell reports SIGPIPE, never 1 (the code
+    of a broken invariant or a bad capture)."""
+
+
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich's own raises SystemExit(1)
+            raise _BrokenPipe()
+
+    return _Console(stderr=stderr, highlight=False)
 
 
 def _finite(obj):
@@ -1147,6 +1170,12 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except _UsageError as exc:
         return _error(exc.prog, str(exc))
+    except (_BrokenPipe, BrokenPipeError):
+        try:  # Python flushes stdout at exit: point it at /dev/null so that flush cannot fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return PIPE_CLOSED
     except (ValueError, TypeError, NotImplementedError, OSError) as exc:
         return _error("moegate", str(exc))
     except SystemExit as exc:  # --help / --version
