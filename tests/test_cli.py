@@ -905,3 +905,13 @@ def test_a_closed_stdout_exits_141_not_1(monkeypatch, tmp_path):
                  ["route", "--tokens", "8"]):
         monkeypatch.setattr("sys.stdout", Closed())
         assert cli.main(argv) == cli.PIPE_CLOSED == 141, argv
+
+
+def test_per_layer_config_error_names_the_option(capsys, tmp_path):
+    """A config whose layers route differently asks for --layer N at the command line (the library says layer=)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "hunyuan_v1_moe", "num_experts": [8, 16], "moe_topk": [2, 2],
+                                "num_hidden_layers": 2, "hidden_size": 64, "vocab_size": 100}))
+    code, _, err = run_cli(capsys, "route", "--hf-config", str(path), "--tokens", "8")
+    assert code == 2 and "pass --layer N to pick one" in err and "layer=" not in err
+    assert run_cli(capsys, "route", "--hf-config", str(path), "--layer", "1", "--tokens", "8")[0] == 0
