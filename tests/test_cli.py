@@ -706,8 +706,8 @@ def test_bench_set_takes_launcher_settings_and_refuses_anything_else(capsys):
     (["--verify-rows", "-1"], "--verify-rows must be >= 0"),
     (["--rep", "0"], "--rep must be >= 1"),
     (["--rotate-mb", "-1"], "--rotate-mb must be >= 0"),
-    (["--json", "/nonexistent-folder/x.json"], "writable folder"),
-    (["--json", "."], "writable folder"),
+    (["--json", "/nonexistent-folder/x.json"], "--json /nonexistent-folder/x.json: no folder"),
+    (["--json", "."], "give a file name, not a folder"),
 ])
 def test_bench_usage_errors_come_before_anything_runs(capsys, monkeypatch, argv, message):
     """A typo in any option is a usage error before the table (it used to surface after the whole run, or as

@@ -80,7 +80,7 @@ def _check_bias(bias, has_bias: bool, width: int, device: torch.device) -> None:
     if bias is not None:
         _check_float_tensor("bias", bias, shape=(width,))
         _check_same_device("bias", bias, device)
-        _check_values_on_cpu("bias", bias, finite=True)
+        _check_values_on_cpu("bias", bias)
 
 
 def _check_expert_scale(expert_scale, has_scale: bool, num_experts: int, device: torch.device) -> None:
@@ -91,17 +91,17 @@ def _check_expert_scale(expert_scale, has_scale: bool, num_experts: int, device:
     if expert_scale is not None:
         _check_float_tensor("expert_scale", expert_scale, shape=(num_experts,))
         _check_same_device("expert_scale", expert_scale, device)
-        _check_values_on_cpu("expert_scale", expert_scale, finite=True, nonnegative=True)
+        _check_values_on_cpu("expert_scale", expert_scale, nonnegative=True)
 
 
-def _check_values_on_cpu(name: str, t: torch.Tensor, finite: bool, nonnegative: bool = False) -> None:
+def _check_values_on_cpu(name: str, t: torch.Tensor, nonnegative: bool = False) -> None:
     """A CPU vector's values (free to read); a device tensor is never read on the host (no sync, CUDA-graph safe:
     a trainer updates its bias in place every step), nor a traced one. A NaN or +inf bias would win every row for
     its expert whatever the logit; a negative or non-finite expert_scale breaks "weights finite and >= 0"."""
     if t.device.type != "cpu" or torch.compiler.is_compiling():
         return
     v = t.detach().float()
-    bad = ~torch.isfinite(v) if finite else torch.zeros_like(v, dtype=torch.bool)
+    bad = ~torch.isfinite(v)
     if nonnegative:
         bad |= v < 0
     if bool(bad.any()):

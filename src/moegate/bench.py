@@ -293,9 +293,9 @@ class _SGLang:
     """The timed call: SGLang's ``moe_fused_gate`` on the inputs moegate gets. It allocates its outputs each call
     and leaves rsf to the caller (``apply_routed_scaling_factor_on_output`` off, as SGLang's MoE layers call it).
     The last call's outputs are kept: under a graph capture each copy's outputs then stay live, at their own addresses
-    (a copy's writes do not land where the previous copy's did), and ``verify()`` reads what the last replay wrote.
-    ``verify()`` compares the weights times rsf with the fp32 reference on the first VERIFY_ROWS rows: (rows routed
-    to other experts, the largest relative weight error)."""
+    (a copy's writes do not land where the previous copy's did), and ``verify()`` reads what the last replay wrote
+    (not poisoned first: each capture allocates them anew). ``verify()`` compares the weights times rsf with the fp32
+    reference on the first VERIFY_ROWS rows: (rows routed to other experts, the largest relative weight error)."""
 
     def __init__(self, fn, logits, config, bias):
         self.fn, self.logits, self.config, self.bias = fn, logits, config, bias
@@ -307,11 +307,6 @@ class _SGLang:
                             routed_scaling_factor=c.routed_scaling_factor, num_expert_group=c.n_group,
                             topk_group=c.topk_group)
         return self.last
-
-    def poison(self):
-        if self.last is not None:
-            self.last[0].fill_(float("nan"))
-            self.last[1].fill_(-7)
 
     def verify(self, rows=None):
         n = min(VERIFY_ROWS if rows is None else rows, self.logits.shape[0])
@@ -530,7 +525,7 @@ def _bench_rows(shapes, tokens, ref_tokens, rep, sglang, compiled_shapes, advanc
             for peer in ("flashinfer", "sglang"):
                 if row.get(peer) is not None:
                     row[f"{peer}_check"] = _peer_check(fns[peer], f"{name} T={T} {peer}")
-            nbytes = T * config.num_scored * torch.finfo(dtype).bits // 8 + T * config.top_k * 8
+            nbytes = _copy_bytes(config, dtype, T)
             row["GB/s"] = nbytes / (row["moegate"] * 1e-6) / 1e9 if row.get("moegate") else None
             rows.append(row)
             print(_format_row(row), flush=True)
@@ -862,9 +857,12 @@ def main(argv=None) -> int:
     if args.rep < 1:
         p.error(f"--rep must be >= 1 (milliseconds of replay a measurement), not {args.rep}")
     if args.json is not None:
-        folder = os.path.dirname(os.path.abspath(args.json))
-        if not args.json or os.path.isdir(args.json) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            p.error(f"--json {args.json!r}: give a file in a writable folder (checked before the run, not after it)")
+        from moegate.cli import CliError, _check_writable
+
+        try:
+            _check_writable(args.json, "--json")  # before the run, not after it
+        except CliError as exc:
+            p.error(str(exc))
     VERIFY_ROWS = args.verify_rows
     ROTATE_BYTES = args.rotate_mb << 20
     TIMER = args.timer

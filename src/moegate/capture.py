@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from moegate._checks import _check_int
+from moegate._checks import INT_DTYPES, _check_int
 
 RECORD_DTYPES = (torch.int16, torch.int32)
 
@@ -97,8 +97,7 @@ class RoutingRecorder:
         its own ids here) except on the CPU, where they are read too: ids in [-1, num_experts) that the buffer's
         dtype holds, never wrapped."""
         _check_int("layer", layer, 0, self.num_layers - 1)
-        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype.is_floating_point \
-                or ids.dtype.is_complex or ids.dtype == torch.bool:
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype not in INT_DTYPES:
             raise ValueError(f"ids must be an integer tensor [T, K], got "
                              f"{tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__}"
                              f"{' ' + str(ids.dtype) if isinstance(ids, torch.Tensor) else ''}")
@@ -180,7 +179,7 @@ class RoutingRecorder:
             raise ValueError(f"{path}: not a moegate routing capture (metadata {json.dumps(meta)})")
         ids, num_tokens = tensors["ids"], tensors["num_tokens"]
         if ids.dim() != 3 or ids.dtype not in RECORD_DTYPES or num_tokens.shape != (ids.shape[0],) \
-                or num_tokens.dtype not in (torch.int16, torch.int32, torch.int64) or ids.shape[0] < 1 \
+                or num_tokens.dtype not in INT_DTYPES or ids.shape[0] < 1 \
                 or ids.shape[2] < 1:
             raise ValueError(
                 f"{path}: ids must be [layers >= 1, max_tokens, top_k >= 1] int16/int32 and num_tokens [layers] of "

@@ -218,8 +218,7 @@ def load_config(preset_name: str | None, hf_config: str | None, layer: int | Non
         except ValueError as exc:  # the library's hint names its argument; here that is an option
             if "layer=" not in str(exc):
                 raise
-            raise CliError(str(exc).replace("pass layer=", "pass --layer N").replace("and layer=", "and --layer N")
-                           .replace("layer=", "--layer N")) from None
+            raise CliError(str(exc).replace("layer=", "--layer N")) from None
     name = DEFAULT_PRESET if preset_name is None else preset_name
     return preset(name), f"preset {name}"
 
