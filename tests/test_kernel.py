@@ -2151,6 +2151,38 @@ def test_unsupported_configs_raise_before_launch():
         route(torch.zeros(1, 20000, device=DEVICE), RouterConfig(20000, 2), backend="triton")
 
 
+def test_auto_backend_takes_the_reference_beyond_the_kernels_limits():
+    """backend="auto" on CUDA tensors runs the kernel where one launch takes the config and layout, and the reference
+    beyond docs/kernel.md's limits (where backend="triton" raises, above), never an error for a config route() accepts.
+    resolve_backend reads no tensor: the CUDA device object is enough to check its choice on a CPU machine."""
+    from moegate.router import resolve_backend
+
+    cuda = torch.device("cuda")
+    many = ExpertLayout(placement=ExpertPlacement(tuple(i % 4 for i in range(400)), 4))
+    shared = ExpertLayout(shared_slots="global")
+    for config, layout, want in (
+        (RouterConfig(128, 8), None, "triton"),
+        (RouterConfig(128, 64), None, "triton"),
+        (RouterConfig(128, 65), None, "reference"),
+        (RouterConfig(16384, 2), None, "triton"),
+        (RouterConfig(16385, 2), None, "reference"),
+        (RouterConfig(300, 2, n_group=3, topk_group=1), None, "triton"),  # 3 x 128 padded lanes
+        (RouterConfig(4, 2), many, "reference"),  # 100 replicas of an expert
+        (RouterConfig(8, 2, num_shared_experts=64), shared, "triton"),
+        (RouterConfig(8, 2, num_shared_experts=65), shared, "reference"),
+        (RouterConfig(8, 2, num_shared_experts=65), None, "triton"),  # no shared columns without shared slots
+    ):
+        assert resolve_backend("auto", cuda, config, layout) == want, (config, layout)
+        assert resolve_backend("triton", cuda, config, layout) == "triton"  # explicit: route() raises instead
+        assert resolve_backend("auto", torch.device("cpu"), config, layout) == "reference"
+    assert resolve_backend("auto", cuda) == "triton"  # no config: the device and the install decide
+    if DEVICE == "cuda":
+        x = torch.randn(5, 128, device=DEVICE)
+        got = route(x, RouterConfig(128, 65), backend="auto")
+        want = route(x, RouterConfig(128, 65), backend="reference")
+        assert torch.equal(got.ids, want.ids) and torch.equal(got.weights, want.weights)
+
+
 @settings(max_examples=40 if FULL else 12, deadline=None, derandomize=True)
 @given(
     E_per_group=st.integers(2, 12),

@@ -571,7 +571,7 @@ def run_route(args) -> dict:
         "run": {
             "tokens": T, "valid_tokens": num_valid, "padded_tokens": T - num_valid,
             "dtype": str(file_logits.dtype if file_logits is not None else dtype).replace("torch.", ""),
-            "device": str(device), "backend": resolve_backend(args.backend, device), "logits": source,
+            "device": str(device), "backend": resolve_backend(args.backend, device, config, layout), "logits": source,
             "seed": args.seed, "skew": args.skew if file_logits is None else None, "chunk_tokens": chunk,
             "seconds": seconds, **notes,
         },

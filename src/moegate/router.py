@@ -124,7 +124,8 @@ def route(
     out : (weights float32 [T, K + C], ids int32 [T, K + C]), contiguous, optional
         Preallocated outputs, written in place and returned (no allocation on the fast path).
     backend : {"auto", "reference", "triton"}
-        "auto" picks "triton" for CUDA tensors when Triton is installed, else "reference".
+        "auto" picks "triton" for CUDA tensors when Triton is installed and the kernel takes the config and
+        layout (docs/kernel.md, "Limits"), else "reference". "triton" raises a ValueError for what it cannot take.
 
     Returns
     -------
@@ -149,7 +150,7 @@ def route(
         bias=bias, num_valid_tokens=num_valid_tokens, home_rank=home_rank, token_ids=token_ids,
         hash_table=hash_table, expert_scale=expert_scale, recorder=recorder, layer=layer, out=out,
     )
-    backend = resolve_backend(backend, logits.device)
+    backend = resolve_backend(backend, logits.device, config, layout)
     if backend == "triton":
         from moegate.kernels.router import _route_triton
 
@@ -157,9 +158,12 @@ def route(
     return RouteResult(*route_reference(logits, config, layout, **args))
 
 
-def resolve_backend(backend: str, device: torch.device) -> str:
+def resolve_backend(backend: str, device: torch.device, config: RouterConfig | None = None,
+                    layout: ExpertLayout | None = None) -> str:
     """The backend ``route`` runs for ``backend`` on ``device``: "auto" is "triton" for CUDA tensors when
-    Triton is installed, else "reference"."""
+    Triton is installed and one launch takes ``config`` and ``layout`` (docs/kernel.md, "Limits": top_k <= 64,
+    a row tile of at most 16384 lanes, at most 64 shared columns and 64 replicas of an expert), else
+    "reference". Without a config, only the device and the install decide."""
     _check_choice("backend", backend, BACKENDS)
     if backend != "auto":
         return backend
@@ -169,4 +173,9 @@ def resolve_backend(backend: str, device: torch.device) -> str:
         import triton  # noqa: F401
     except ImportError:
         return "reference"
+    if config is not None:
+        from moegate.kernels.router import _kernel_limit
+
+        if _kernel_limit(config, ExpertLayout() if layout is None else layout) is not None:
+            return "reference"
     return "triton"

@@ -622,6 +622,37 @@ def _route_op_fake(
     return None
 
 
+def _kernel_limit(config: RouterConfig, layout: ExpertLayout) -> str | None:
+    """Why one launch cannot take this config and layout (docs/kernel.md, "Limits"), or None where it can.
+    route(backend="auto") takes the reference for these; backend="triton" raises a ValueError with the message."""
+    block_g, block_gs = _tile_shape(config)
+    if block_g * block_gs > MAX_TILE:
+        return (
+            f"num_experts + num_zero_experts = {config.num_scored} in n_group={config.n_group} groups pads to a "
+            f"row tile of {block_g} x {block_gs} = {block_g * block_gs} lanes; the Triton router takes at most "
+            f"{MAX_TILE}"
+        )
+    if config.top_k > MAX_TOP_K:
+        return f"top_k must be <= {MAX_TOP_K} for the Triton router, got top_k={config.top_k}"
+    C = layout.num_shared_columns(config.num_shared_experts)
+    if C > MAX_SHARED_COLUMNS:
+        return (
+            f"num_shared_experts must be <= {MAX_SHARED_COLUMNS} with shared columns for the Triton router, "
+            f"got {config.num_shared_experts}"
+        )
+    if layout.placement is not None and layout.placement.max_replicas > MAX_REPLICAS:
+        return (
+            f"an expert may have at most {MAX_REPLICAS} replicas for the Triton router, got "
+            f"{layout.placement.max_replicas}"
+        )
+    if config.has_expert_scale and config.num_zero_experts:
+        return (
+            f"has_expert_scale with num_zero_experts={config.num_zero_experts}: expert_scale is [E] and has no "
+            "entry for the zero experts a row may select"
+        )
+    return None
+
+
 def _check_kernel_support(logits, config: RouterConfig, layout: ExpertLayout, packed_out) -> None:
     """Raise ValueError for what one launch cannot take, before anything runs."""
     if logits.device.type != "cuda" and not _interpreting():
@@ -638,33 +669,11 @@ def _check_kernel_support(logits, config: RouterConfig, layout: ExpertLayout, pa
         # look for a GPU driver, or call a compiled helper from the interpreter.
         raise ValueError("backend='triton' on CPU tensors: TRITON_INTERPRET=1 was set after moegate's kernel was "
                          "imported; set it before importing moegate (or triton)")
-    block_g, block_gs = _tile_shape(config)
-    if block_g * block_gs > MAX_TILE:
-        raise ValueError(
-            f"num_experts + num_zero_experts = {config.num_scored} in n_group={config.n_group} groups pads to a "
-            f"row tile of {block_g} x {block_gs} = {block_g * block_gs} lanes; the Triton router takes at most "
-            f"{MAX_TILE}"
-        )
-    if config.top_k > MAX_TOP_K:
-        raise ValueError(f"top_k must be <= {MAX_TOP_K} for the Triton router, got top_k={config.top_k}")
-    C = layout.num_shared_columns(config.num_shared_experts)
-    if C > MAX_SHARED_COLUMNS:
-        raise ValueError(
-            f"num_shared_experts must be <= {MAX_SHARED_COLUMNS} with shared columns for the Triton router, "
-            f"got {config.num_shared_experts}"
-        )
-    if layout.placement is not None and layout.placement.max_replicas > MAX_REPLICAS:
-        raise ValueError(
-            f"an expert may have at most {MAX_REPLICAS} replicas for the Triton router, got "
-            f"{layout.placement.max_replicas}"
-        )
-    if config.has_expert_scale and config.num_zero_experts:
-        raise ValueError(
-            f"has_expert_scale with num_zero_experts={config.num_zero_experts}: expert_scale is [E] and has no "
-            "entry for the zero experts a row may select"
-        )
+    limit = _kernel_limit(config, layout)
+    if limit is not None:
+        raise ValueError(limit)
     if packed_out is not None:
-        T = logits.shape[0]
+        T, C = logits.shape[0], layout.num_shared_columns(config.num_shared_experts)
         if not isinstance(packed_out, torch.Tensor) or packed_out.dtype != torch.int32:
             raise TypeError(f"packed_out must be an int32 tensor, got {getattr(packed_out, 'dtype', packed_out)}")
         if tuple(packed_out.shape) != (T, config.top_k + C) or not packed_out.is_contiguous():
