@@ -723,3 +723,36 @@ def test_keys_that_the_model_reads_otherwise_or_refuses():
                        ({"model_type": "deepseek_v3", "n_group": 8, "topk_group": None}, "no value for 'topk_group'")):
         with pytest.raises(ValueError, match=match):
             from_hf_config(bad)
+
+
+def test_review_defaults_of_cohere2_ocr_wrappers_and_null_factors():
+    """A review against transformers (2026-12-04, the second): Cohere2-MoE's combination strategy defaults to
+    "average" (moegate took "sum": routed and shared weights twice the model's where a config.json leaves the key
+    out); Unlimited-OCR's and Nemotron-H-Omni's released configs keep the text model under language_config /
+    llm_config, which their config classes rename to text_config (moegate read the top level and routed with every
+    default, or refused Nemotron-H-Omni); Unlimited-OCR's group_limited_greedy takes its class's groups of 1 when
+    the keys are left out; a null scaling factor is a ValueError that names the key, not float(None)'s TypeError."""
+    base = {"model_type": "cohere2_moe", "num_experts": 8, "num_experts_per_tok": 2, "num_shared_experts": 1}
+    rc = from_hf_config(base)
+    assert (rc.routed_scaling_factor, rc.shared_expert_scale) == (0.5, 0.5)
+    assert rc == from_hf_config(transformers.Cohere2MoeConfig(num_experts=8, num_experts_per_tok=2,
+                                                              num_shared_experts=1))
+    text = {**HEADS, "n_routed_experts": 16, "num_experts_per_tok": 4, "n_shared_experts": 1,
+            "routed_scaling_factor": 2.0}
+    rc = from_hf_config({"model_type": "unlimited_ocr", "language_config": dict(text)})
+    assert (rc.num_experts, rc.top_k, rc.routed_scaling_factor, rc.num_shared_experts) == (16, 4, 2.0, 1)
+    assert rc == from_hf_config(transformers.UnlimitedOcrConfig(language_config=dict(text)))
+    grouped = {**text, "topk_method": "group_limited_greedy", "n_group": 4}
+    rc = from_hf_config({"model_type": "unlimited_ocr", "text_config": grouped})
+    assert (rc.n_group, rc.topk_group) == (4, 1)
+    assert rc == from_hf_config(transformers.UnlimitedOcrConfig(text_config=dict(grouped)))
+    nemo = transformers.NemotronH_Omni_Reasoning_V3_Config(
+        text_config={"model_type": "nemotron_h", "n_routed_experts": 16, "num_experts_per_tok": 4})
+    inner = nemo.to_dict()["text_config"]
+    assert from_hf_config({"model_type": "nemotron_h_omni", "llm_config": inner}) == from_hf_config(nemo)
+    assert from_hf_config(nemo).num_experts == 16
+    for bad, key in (({"model_type": "afmoe", "route_scale": None}, "route_scale"),
+                     ({"model_type": "deepseek_v2", "num_experts_per_tok": 6, "routed_scaling_factor": None},
+                      "routed_scaling_factor")):
+        with pytest.raises(ValueError, match=f"{key} is null"):
+            from_hf_config(bad)

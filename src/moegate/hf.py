@@ -91,6 +91,15 @@ def _shared(v: _View, key: str | None, default: int = 0) -> int:
     return int(v.get(key, default) or 0)
 
 
+def _factor(v: _View, key: str, default: float) -> float:
+    """A scaling factor the config sets: a null one is a ValueError naming the key (float(None) would be a bare
+    TypeError; the families' transformers code fails on it too)."""
+    value = v.get(key, default)
+    if value is None:
+        raise ValueError(f"{v.model_type}: {key} is null; the model needs a number there")
+    return float(value)
+
+
 def _softmax_renorm(
     v: _View, *, E: str, K: str, E_default=None, K_default=None, norm: str | bool = True, norm_default=True,
     shared: int = 0, selection: str = "scores", rsf: float = 1.0, expert_scale: bool = False,
@@ -196,7 +205,7 @@ def _granite_shared(v):
 def _cohere2(v):
     fn = v.get("expert_selection_fn", "softmax")
     S = _shared(v, "num_shared_experts")
-    strategy = v.get("shared_expert_combination_strategy", "sum")
+    strategy = v.get("shared_expert_combination_strategy", "average")  # Cohere2MoeConfig's default
     if strategy not in ("sum", "average"):  # the model's forward raises on anything else
         raise ValueError(f"{v.model_type}: shared_expert_combination_strategy must be 'sum' or 'average', "
                          f"got {strategy!r}")
@@ -233,12 +242,13 @@ def _deepseek_v2(defaults: dict):
         E = v.need("n_routed_experts", defaults["E"])
         K = v.need("num_experts_per_tok", defaults.get("K"))
         common = dict(num_experts=E, top_k=K, scoring="softmax", renormalize=False,
-                      routed_scaling_factor=float(v.get("routed_scaling_factor", 1.0)),
+                      routed_scaling_factor=_factor(v, "routed_scaling_factor", 1.0),
                       num_shared_experts=_shared(v, "n_shared_experts", defaults.get("S", 0)))
         if method == "greedy":
             return RouterConfig(**common)
         if method == "group_limited_greedy":
-            return RouterConfig(**common, n_group=v.need("n_group"), topk_group=v.need("topk_group"),
+            return RouterConfig(**common, n_group=v.need("n_group", defaults.get("n_group")),
+                                topk_group=v.need("topk_group", defaults.get("topk_group")),
                                 group_score="max", group_fill="zero")
         raise NotImplementedError(
             f"{v.model_type}: topk_method={method!r}; the transformers router handles only 'greedy' and "
@@ -279,7 +289,7 @@ def _mistral4(norm: str | bool):
             num_experts=v.need("n_routed_experts", 128), top_k=v.need("num_experts_per_tok", 4), scoring="softmax",
             n_group=int(v.need("n_group", 1)), topk_group=int(v.need("topk_group", 1)),
             group_fill="zero", renormalize=renorm, renorm_eps=1e-20,
-            routed_scaling_factor=float(v.get("routed_scaling_factor", 1.0)),
+            routed_scaling_factor=_factor(v, "routed_scaling_factor", 1.0),
             num_shared_experts=_shared(v, "n_shared_experts", 1),
         )
     return build
@@ -288,7 +298,7 @@ def _mistral4(norm: str | bool):
 def _deepseek_v4(v):
     return _biased(
         v, E="n_routed_experts", K="num_experts_per_tok", E_default=256, K_default=6,
-        scoring=_score_fn(v, "scoring_func", "sqrtsoftplus"), rsf=v.get("routed_scaling_factor", 1.5),
+        scoring=_score_fn(v, "scoring_func", "sqrtsoftplus"), rsf=_factor(v, "routed_scaling_factor", 1.5),
         shared=1,  # the block builds one shared MLP whatever n_shared_experts says (modeling_deepseek_v4)
     )
 
@@ -297,13 +307,14 @@ def _inkling2(E_default, K_default):
     def build(v):
         return _biased(v, E="n_routed_experts", K="num_experts_per_tok", E_default=E_default,
                        K_default=K_default, scoring=_score_fn(v, "scoring_func", "sigmoid"),
-                       rsf=v.get("route_scale", 8.0))
+                       rsf=_factor(v, "route_scale", 8.0))
     return build
 
 
 def _muse_spark(v):
     return _biased(v, E="num_local_experts", K="num_experts_per_tok", E_default=256, K_default=8, eps=1e-15,
-                   rsf=v.get("routed_scaling_factor", 1.0), logit_scale=v.get("output_multiplier", 32 ** -0.5))
+                   rsf=_factor(v, "routed_scaling_factor", 1.0),
+                   logit_scale=_factor(v, "output_multiplier", 32 ** -0.5))
 
 
 def _minimax_m2(v):
@@ -312,27 +323,27 @@ def _minimax_m2(v):
 
 def _minimax_m3(v):  # the block multiplies the routed output by routed_scaling_factor
     return _biased(v, E="num_local_experts", K="num_experts_per_tok", E_default=128, K_default=4, eps=0.0,
-                   rsf=v.get("routed_scaling_factor", 2.0), shared=1)
+                   rsf=_factor(v, "routed_scaling_factor", 2.0), shared=1)
 
 
 def _step3p7(v):  # the block multiplies the routed output by moe_router_scaling_factor
     return _biased(v, E="n_routed_experts", K="num_experts_per_tok", E_default=288, K_default=8, eps=0.0,
-                   rsf=v.get("moe_router_scaling_factor", 1.0), shared=1)
+                   rsf=_factor(v, "moe_router_scaling_factor", 1.0), shared=1)
 
 
 def _hy_v3(v):
     return _biased(v, E="num_experts", K="num_experts_per_tok", E_default=192, K_default=8,
-                   rsf=v.get("router_scaling_factor", 2.826), shared=_shared(v, "num_shared_experts", 1))
+                   rsf=_factor(v, "router_scaling_factor", 2.826), shared=_shared(v, "num_shared_experts", 1))
 
 
 def _afmoe(v):
     return _biased(v, E="num_experts", K="num_experts_per_tok", E_default=64, K_default=6,
-                   rsf=v.get("route_scale", 1.0), shared=_shared(v, "num_shared_experts", 2))
+                   rsf=_factor(v, "route_scale", 1.0), shared=_shared(v, "num_shared_experts", 2))
 
 
 def _lfm2_moe(v):
     return _biased(v, E="num_experts", K="num_experts_per_tok", E_default=32, K_default=4, norm="norm_topk_prob",
-                   eps=1e-6, rsf=v.get("routed_scaling_factor", 1.0), bias=bool(v.get("use_expert_bias", True)))
+                   eps=1e-6, rsf=_factor(v, "routed_scaling_factor", 1.0), bias=bool(v.get("use_expert_bias", True)))
 
 
 def _laguna(v):  # the block multiplies the routed output by moe_routed_scaling_factor
@@ -340,7 +351,7 @@ def _laguna(v):  # the block multiplies the routed output by moe_routed_scaling_
         raise NotImplementedError("laguna: moe_apply_router_weight_on_input=True is rejected by transformers too")
     cap = v.get("moe_router_logit_softcapping", 0.0) or 0.0
     return _biased(v, E="num_experts", K="num_experts_per_tok", E_default=256, K_default=8, eps=0.0,
-                   softcap=float(cap) if cap > 0 else None, rsf=v.get("moe_routed_scaling_factor", 1.0), shared=1)
+                   softcap=float(cap) if cap > 0 else None, rsf=_factor(v, "moe_routed_scaling_factor", 1.0), shared=1)
 
 
 def _kolibri1(v):
@@ -359,7 +370,7 @@ def _ernie(v):
 def _longcat(v):
     return RouterConfig(
         num_experts=v.need("n_routed_experts", 512), top_k=v.need("moe_topk", 12), scoring="softmax",
-        has_correction_bias=True, renormalize=False, routed_scaling_factor=float(v.get("routed_scaling_factor", 6.0)),
+        has_correction_bias=True, renormalize=False, routed_scaling_factor=_factor(v, "routed_scaling_factor", 6.0),
         num_zero_experts=int(v.get("zero_expert_num", 256) or 0),
     )
 
@@ -599,7 +610,8 @@ FAMILIES: dict[str, _Family] = {
     "deepseek_v2": _Family("DS2", _deepseek_v2({"E": 64, "S": 2}), _ROUTED_NE, _first_k_dense(0), 32,
                            "norm_topk_prob is ignored by the model"),
     "deepseek_ocr2_text": _Family("DS2", _deepseek_v2({"E": 64, "S": 2}), _ROUTED_NE, _first_k_dense(0), 32),
-    "unlimited_ocr_text": _Family("DS2", _deepseek_v2({"E": 64, "K": 6, "S": 2}), _ROUTED_NE, _first_k_dense(1), 12),
+    "unlimited_ocr_text": _Family("DS2", _deepseek_v2({"E": 64, "K": 6, "S": 2, "n_group": 1, "topk_group": 1}),
+                                  _ROUTED_NE, _first_k_dense(1), 12),
     "deepseek_v3": _Family("DS3", _ds3(), _ROUTED, _first_k_dense(3), 61,
                            "scoring_func / topk_method are ignored by the model (always sigmoid + noaux_tc)"),
     "sarvam_mla": _Family("DS3", _ds3(E_default=128, group_defaults=(1, 1)),
@@ -706,6 +718,10 @@ _SUBCONFIG_PATH: dict[str, tuple[str, ...]] = {
     "qwen3_omni_moe_thinker": ("text_config",),
 }
 
+# Wrappers whose released config.json keeps the text model's config under another key, which their transformers
+# config class renames to text_config on load.
+_LEGACY_TEXT_KEY: dict[str, str] = {"unlimited_ocr": "language_config", "nemotron_h_omni": "llm_config"}
+
 UNSUPPORTED: dict[str, str] = {
     "phimoe": "Phi-MoE's sparsemixer: two argmax stages that mask experts within 2*eps of the max "
               "(eps = router_jitter_noise, active at inference); would need a 'sparsemixer' selection with eps",
@@ -742,6 +758,8 @@ def _resolve(cfg: dict) -> tuple[str, dict]:
         return _resolve({"model_type": "qwen3_omni_moe_text", **sub})
     family = SYNONYMS.get(model_type, model_type)
     text = cfg.get("text_config")
+    if not (isinstance(text, dict) and text) and model_type in _LEGACY_TEXT_KEY:
+        text = cfg.get(_LEGACY_TEXT_KEY[model_type])
     if isinstance(text, dict) and text:
         return _resolve({**text, "model_type": text.get("model_type") or family})
     if family in FAMILIES:
@@ -765,7 +783,8 @@ def from_hf_config(config, *, layer: int | None = None) -> RouterConfig:
     ----------
     config : dict, str / Path to a config.json (or to the model folder holding it), or a ``PretrainedConfig``
         The model's config. Multimodal wrappers are unwrapped to their ``text_config`` (Qwen3-Omni: the
-        thinker's text model). Keys the config omits take the defaults of the model's transformers config
+        thinker's text model; Unlimited-OCR's ``language_config`` and Nemotron-H-Omni's ``llm_config`` as
+        their config classes read them). Keys the config omits take the defaults of the model's transformers config
         class; only the aliases transformers accepts are read (a wrong alias keeps the default, as it does
         in transformers).
     layer : int, optional
