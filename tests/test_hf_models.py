@@ -756,3 +756,19 @@ def test_review_defaults_of_cohere2_ocr_wrappers_and_null_factors():
                       "routed_scaling_factor")):
         with pytest.raises(ValueError, match=f"{key} is null"):
             from_hf_config(bad)
+
+
+def test_llama4_weights_the_experts_inputs():
+    """Llama4TextMoe multiplies the hidden states by each selected expert's score before the (non-linear) experts;
+    every other family weights their outputs. RouterConfig.weight_on_input carries it to the consumer."""
+    import inspect
+
+    from moegate.cli import describe
+
+    src = inspect.getsource(importlib.import_module("transformers.models.llama4.modeling_llama4").Llama4TextMoe)
+    assert "routed_in = routed_in * router_scores" in src  # the scores scale the experts' input rows
+    rc = from_hf_config(transformers.Llama4TextConfig(**HEADS, **EK_LOCAL))
+    assert rc.weight_on_input is True and "inputs" in describe(rc)
+    assert from_hf_config({"model_type": "llama4", "text_config": {**HEADS, **EK_LOCAL}}).weight_on_input is True
+    for model_type in ("deepseek_v3", "qwen3_moe", "mixtral", "gpt_oss", "glm4_moe"):
+        assert from_hf_config({"model_type": model_type}).weight_on_input is False, model_type

@@ -115,6 +115,8 @@ def describe(config: RouterConfig) -> str:
     if config.num_shared_experts:
         parts.append(f"{config.num_shared_experts} shared expert" + ("" if config.num_shared_experts == 1 else "s")
                      + ("" if config.shared_expert_scale == 1.0 else f" x {_num(config.shared_expert_scale)}"))
+    if config.weight_on_input:
+        parts.append("weights applied to the experts' inputs")
     return ", ".join(parts)
 
 
@@ -173,6 +175,8 @@ def explain(config: RouterConfig) -> list[tuple[str, str]]:
         weights += ", not renormalised"
     if config.has_expert_scale:
         weights += ", times the expert's scale"
+    if config.weight_on_input:
+        weights += "; the model multiplies each selected expert's input by its weight (expert(h * w)), not its output"
     steps.append(("6-7 weights", weights))
     rsf = config.routed_scaling_factor
     steps.append(("8 scaling", "none (rsf 1)" if rsf == 1.0 else

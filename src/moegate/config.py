@@ -74,6 +74,10 @@ class RouterConfig:
     num_zero_experts : int
         Z identity ("zero") experts scored and selected together with the E real ones (LongCat-Flash):
         logits are [T, E + Z] and ids E .. E+Z-1 name the zero experts. They need the default layout.
+    weight_on_input : bool
+        Where the model applies a routed weight: to the selected expert's input (Llama4: ``expert(h * w)``)
+        rather than to its output (``w * expert(h)``, every other family). The weights route() returns are the
+        same either way; the expert MLP is not linear, so the consumer must apply them where this says.
     """
 
     num_experts: int
@@ -97,6 +101,7 @@ class RouterConfig:
     has_expert_scale: bool = False
     num_zero_experts: int = 0
     shared_expert_scale: float = 1.0
+    weight_on_input: bool = False
 
     def __post_init__(self) -> None:
         _check_router_config(self)
@@ -128,7 +133,7 @@ def _check_router_config(c: RouterConfig) -> None:
     _check_choice("group_fill", c.group_fill, GROUP_FILLS)
     _check_choice("routing", c.routing, ROUTINGS)
     _check_choice("renorm_eps_mode", c.renorm_eps_mode, RENORM_EPS_MODES)
-    for name in ("has_correction_bias", "renormalize", "has_expert_scale"):
+    for name in ("has_correction_bias", "renormalize", "has_expert_scale", "weight_on_input"):
         if not isinstance(getattr(c, name), bool):
             raise ValueError(f"{name} must be a bool, got {getattr(c, name)!r}")
     _check_positive_float("logit_scale", c.logit_scale)

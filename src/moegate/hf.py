@@ -226,6 +226,7 @@ def _llama4(v):
     return RouterConfig(
         num_experts=v.need("num_local_experts", 16), top_k=v.need("num_experts_per_tok", 1), scoring="sigmoid",
         selection="logits", renormalize=False, num_shared_experts=1,
+        weight_on_input=True,  # Llama4TextMoe: routed_in = hidden_states * router_scores, then the experts
     )
 
 
