@@ -2151,6 +2151,43 @@ def test_unsupported_configs_raise_before_launch():
         route(torch.zeros(1, 20000, device=DEVICE), RouterConfig(20000, 2), backend="triton")
 
 
+def test_the_kernel_refuses_inputs_that_need_a_gradient_and_auto_takes_the_reference():
+    """The fused op has no backward: with grad mode on and logits, bias or expert_scale requiring grad, its weights
+    would come out detached (a trainer's router and a learned expert scale would get no gradient, silently).
+    backend="triton" raises; "auto" takes the reference, whose weights carry the gradient; under no_grad (or for
+    inputs that need none) the kernel runs as before."""
+    from moegate.kernels.router import route_triton
+    from moegate.router import resolve_backend
+
+    config = RouterConfig(16, 2, scoring="sigmoid", has_correction_bias=True, has_expert_scale=True)
+    x = torch.randn(5, 16, device=DEVICE)
+    bias = torch.randn(16, device=DEVICE) * 0.1
+    scale = torch.rand(16, device=DEVICE) + 0.5
+    for grad_on in ("logits", "bias", "expert_scale"):
+        args = {"logits": x.clone(), "bias": bias.clone(), "expert_scale": scale.clone()}
+        args[grad_on].requires_grad_(True)
+        out = poisoned_out(5, 2)
+        with pytest.raises(ValueError, match=f"no backward: {grad_on} require"):
+            route(args["logits"], config, bias=args["bias"], expert_scale=args["expert_scale"], backend="triton",
+                  out=out)
+        assert torch.isnan(out[0]).all() and (out[1] == -7).all()  # nothing launched
+        with pytest.raises(ValueError, match="no backward"):
+            route_triton(args["logits"], config, ExpertLayout(), bias=args["bias"], expert_scale=args["expert_scale"])
+        with torch.no_grad():
+            got = route(args["logits"], config, bias=args["bias"], expert_scale=args["expert_scale"], backend="triton")
+        want = route(x, config, bias=bias, expert_scale=scale, backend="reference")
+        assert torch.equal(got.ids, want.ids) and torch.allclose(got.weights, want.weights, rtol=1e-6, atol=0)
+    assert resolve_backend("auto", torch.device("cuda"), config, None, needs_grad=True) == "reference"
+    assert resolve_backend("auto", torch.device("cuda"), config, None, needs_grad=False) == "triton"
+    if DEVICE == "cuda":
+        xg = x.clone().requires_grad_(True)
+        sg = scale.clone().requires_grad_(True)
+        got = route(xg, config, bias=bias, expert_scale=sg)  # auto: the reference, differentiable
+        assert got.weights.requires_grad
+        got.weights.sum().backward()
+        assert xg.grad is not None and sg.grad is not None and torch.isfinite(xg.grad).all()
+
+
 def test_auto_backend_takes_the_reference_beyond_the_kernels_limits():
     """backend="auto" on CUDA tensors runs the kernel where one launch takes the config and layout, and the reference
     beyond docs/kernel.md's limits (where backend="triton" raises, above), never an error for a config route() accepts.
@@ -2433,6 +2470,30 @@ def test_outputs_that_share_memory_with_an_input_are_refused(backend):
         packed = torch.zeros(T, K, dtype=torch.int32, device=DEVICE)
         with pytest.raises(ValueError, match="packed_out overlaps the bias"):  # through route()'s own check
             route_triton(x, biased, ExpertLayout(), bias=packed.view(torch.float32).view(-1), packed_out=packed)
+
+
+def test_compiled_route_refuses_outputs_that_share_memory_with_an_input():
+    """Traced by torch.compile, route() cannot compare data pointers (fake tensors have no memory), so the compiled
+    call compares them in the fused op on the real tensors before its launch: out[0] holding the bias was launched
+    and routed rows 1-3 on a bias the first programs had overwritten (a review, 2026-12-04)."""
+    T, E, K = 4, 64, 2
+    config = RouterConfig(E, K, scoring="sigmoid", has_correction_bias=True)
+    x = tie_free_logits(T, E)
+    buf = torch.zeros(E, device=DEVICE)
+
+    def f(x, bias, w, i):
+        route(x, config, bias=bias, out=(w, i), backend="triton")
+        return i
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, backend="inductor" if HAS_CUDA else "eager")
+    ids = torch.full((T, K), -7, dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match=r"out\[0\] \(weights\) overlaps the bias"):
+        compiled(x, buf, buf[:T * K].view(T, K), ids)
+    assert (ids == -7).all()  # nothing launched
+    w = torch.zeros(T, K, device=DEVICE)
+    compiled(x, buf, w, ids)  # apart: routes
+    assert torch.equal(ids, route(x, config, bias=buf, backend="reference").ids)
 
 
 def test_pnorm_of_weights_whose_powers_are_subnormal():

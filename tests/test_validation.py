@@ -28,6 +28,15 @@ BAD_CONFIGS = [
     (dict(num_experts=8, top_k=2, renormalize=1), "renormalize"),
     (dict(num_experts=8, top_k=2, has_expert_scale=True, num_zero_experts=2), "num_zero_experts"),
     (dict(num_experts=8, top_k=2, routing="hash", num_zero_experts=2), "num_zero_experts"),
+    # Factors outside fp32 (a review: the kernel wrote inf where the reference raised a bare RuntimeError).
+    (dict(num_experts=8, top_k=2, routed_scaling_factor=1e39), "routed_scaling_factor"),
+    (dict(num_experts=8, top_k=2, routed_scaling_factor=1e-39), "routed_scaling_factor"),
+    (dict(num_experts=8, top_k=2, shared_expert_scale=1e39), "shared_expert_scale"),
+    (dict(num_experts=8, top_k=2, shared_expert_scale=1e37, routed_scaling_factor=1e-2), "shared_expert_scale /"),
+    (dict(num_experts=8, top_k=2, logit_scale=1e-40), "logit_scale"),
+    (dict(num_experts=8, top_k=2, softcap=1e39), "softcap"),
+    (dict(num_experts=8, top_k=2, renorm_eps=1e39), "renorm_eps"),
+    (dict(num_experts=8, top_k=2, weight_on_input=1), "weight_on_input"),
 ]
 
 

@@ -28,18 +28,25 @@ def _check_int(name: str, value, low: int | None = None, high: int | None = None
         raise ValueError(f"{name} must be <= {high}, got {value}")
 
 
+# The routing runs in fp32: a config's factors must be fp32 numbers (a larger one is inf there, a positive one below
+# the normal range loses its precision, and its reciprocal, the shared weight with scale="on_output", overflows).
+FP32_MAX = 3.4028234663852886e38
+FP32_TINY = 1.1754943508222875e-38  # the smallest normal fp32
+
+
 def _check_positive_float(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a float, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {value}")
+    if not math.isfinite(value) or not FP32_TINY <= value <= FP32_MAX:
+        raise ValueError(f"{name} must be a normal fp32 number > 0 (in [{FP32_TINY:.4g}, {FP32_MAX:.4g}]), "
+                         f"got {value}")
 
 
 def _check_nonnegative_float(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a float, got {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be finite and >= 0, got {value}")
+    if not math.isfinite(value) or not 0 <= value <= FP32_MAX:
+        raise ValueError(f"{name} must be finite in fp32 and >= 0 (at most {FP32_MAX:.4g}), got {value}")
 
 
 def _check_choice(name: str, value, choices: Sequence[str]) -> None:
@@ -312,3 +319,9 @@ def _check_placement_table(physical_to_logical: Iterable[int], num_experts: int)
             + (" ..." if len(missing) > 8 else "")
         )
     return table
+
+
+def _needs_grad(*tensors) -> bool:
+    """Whether autograd differentiates through any of these inputs here (grad mode on, a tensor that requires grad):
+    the fused op has no backward, so route(backend="auto") takes the reference then and backend="triton" raises."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)

@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from moegate._checks import (
+    FP32_MAX,
     _check_choice,
     _check_int,
     _check_nonnegative_float,
@@ -144,6 +145,11 @@ def _check_router_config(c: RouterConfig) -> None:
     _check_positive_float("routed_scaling_factor", c.routed_scaling_factor)
     _check_int("num_shared_experts", c.num_shared_experts, 0)
     _check_positive_float("shared_expert_scale", c.shared_expert_scale)
+    if c.shared_expert_scale / c.routed_scaling_factor > FP32_MAX:
+        raise ValueError(
+            f"shared_expert_scale / routed_scaling_factor (the shared weight with scale='on_output') must be finite "
+            f"in fp32, got {c.shared_expert_scale} / {c.routed_scaling_factor}"
+        )
 
     width = c.num_scored
     if c.top_k > width:

@@ -19,6 +19,7 @@ from moegate._checks import (
     _check_out,
     _check_token_ids,
     _check_token_range,
+    _needs_grad,
 )
 from moegate.capture import RoutingRecorder
 from moegate.config import RouterConfig
@@ -124,8 +125,9 @@ def route(
     out : (weights float32 [T, K + C], ids int32 [T, K + C]), contiguous, optional
         Preallocated outputs, written in place and returned (no allocation on the fast path).
     backend : {"auto", "reference", "triton"}
-        "auto" picks "triton" for CUDA tensors when Triton is installed and the kernel takes the config and
-        layout (docs/kernel.md, "Limits"), else "reference". "triton" raises a ValueError for what it cannot take.
+        "auto" picks "triton" for CUDA tensors when Triton is installed, the kernel takes the config and
+        layout (docs/kernel.md, "Limits") and no gradient must flow (grad mode on and logits, bias or expert_scale
+        requiring grad: the fused op has no backward), else "reference". "triton" raises a ValueError for those.
 
     Returns
     -------
@@ -150,7 +152,7 @@ def route(
         bias=bias, num_valid_tokens=num_valid_tokens, home_rank=home_rank, token_ids=token_ids,
         hash_table=hash_table, expert_scale=expert_scale, recorder=recorder, layer=layer, out=out,
     )
-    backend = resolve_backend(backend, logits.device, config, layout)
+    backend = resolve_backend(backend, logits.device, config, layout, _needs_grad(logits, bias, expert_scale))
     if backend == "triton":
         from moegate.kernels.router import _route_triton
 
@@ -159,15 +161,16 @@ def route(
 
 
 def resolve_backend(backend: str, device: torch.device, config: RouterConfig | None = None,
-                    layout: ExpertLayout | None = None) -> str:
+                    layout: ExpertLayout | None = None, needs_grad: bool = False) -> str:
     """The backend ``route`` runs for ``backend`` on ``device``: "auto" is "triton" for CUDA tensors when
-    Triton is installed and one launch takes ``config`` and ``layout`` (docs/kernel.md, "Limits": top_k <= 64,
-    a row tile of at most 16384 lanes, at most 64 shared columns and 64 replicas of an expert), else
-    "reference". Without a config, only the device and the install decide."""
+    Triton is installed, one launch takes ``config`` and ``layout`` (docs/kernel.md, "Limits": top_k <= 64,
+    a row tile of at most 16384 lanes, at most 64 shared columns and 64 replicas of an expert) and no gradient
+    has to flow through the router (``needs_grad``: the fused op has no backward), else "reference". Without a
+    config, only the device, the install and ``needs_grad`` decide."""
     _check_choice("backend", backend, BACKENDS)
     if backend != "auto":
         return backend
-    if device.type != "cuda":
+    if device.type != "cuda" or needs_grad:
         return "reference"
     try:
         import triton  # noqa: F401

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from moegate._checks import _check_hash_table
+from moegate._checks import _check_hash_table, _check_no_aliasing, _needs_grad
 from moegate.config import RouterConfig
 from moegate.kernels import router_kernel as rk
 from moegate.layout import ExpertLayout
@@ -596,8 +596,18 @@ def _route_op(
     rec_count: torch.Tensor | None,
     spec: list[int],
     params: list[float],
+    traced: bool = False,
 ) -> None:
     spec = _Spec(*spec)
+    if traced:
+        # Traced by torch.compile, route() could not compare the buffers' memory (fake tensors have none): the
+        # compiled call compares them here, on the real tensors, before its launch (a write into the bias, say,
+        # would reach rows that other programs have yet to read). Eager calls were checked by route() already.
+        _check_no_aliasing(
+            [("out[0] (weights)", weights), ("out[1] (ids)", ids), ("packed_out", packed),
+             ("the recorder's ids", rec_ids), ("the recorder's num_tokens", rec_count)],
+            [("the logits", logits), ("the bias", bias), ("expert_scale", expert_scale), ("token_ids", token_ids),
+             ("hash_table", hash_table), ("num_valid_tokens", num_valid)])
     if hash_table is not None:
         # route() checked the table where it ran eagerly (a cache hit here); a traced graph reads no table, so a
         # compiled call is checked here, on the real tensors, before its launch.
@@ -616,7 +626,7 @@ def _route_op(
 @_route_op.register_fake
 def _route_op_fake(
     logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
-    weights, ids, packed, rec_ids, rec_count, spec, params,
+    weights, ids, packed, rec_ids, rec_count, spec, params, traced=False,
 ) -> None:
     # The op only writes into the buffers it is given: nothing to allocate, no shapes to invent.
     return None
@@ -771,6 +781,14 @@ def _route_triton(
     packed_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """route_triton on arguments route() has checked already."""
+    if _needs_grad(logits, bias, expert_scale):
+        names = [n for n, t in (("logits", logits), ("bias", bias), ("expert_scale", expert_scale))
+                 if isinstance(t, torch.Tensor) and t.requires_grad]
+        raise ValueError(
+            f"backend='triton' has no backward: {', '.join(names)} require(s) grad, and its weights would be detached "
+            "from them; use backend='reference' (or 'auto') to train through the router, or route under "
+            "torch.no_grad() / torch.inference_mode()"
+        )
     _check_kernel_support(logits, config, layout, packed_out)
     T, device = logits.shape[0], logits.device
     K = config.top_k
@@ -816,6 +834,6 @@ def _route_triton(
         logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
         weights, ids, packed_out,
         None if recorder is None else recorder.ids, None if recorder is None else recorder.num_tokens,
-        list(spec), params,
+        list(spec), params, torch.compiler.is_compiling(),
     )
     return weights, ids
