@@ -2485,8 +2485,10 @@ def test_compiled_route_refuses_outputs_that_share_memory_with_an_input():
         route(x, config, bias=bias, out=(w, i), backend="triton")
         return i
 
+    # The "eager" backend on every device: its graph hands the op the real, aliased tensors. Inductor refuses graph
+    # inputs that alias a mutated one itself (torch 2.11 on the H200: an AssertionError in its AOT pass).
     torch._dynamo.reset()
-    compiled = torch.compile(f, fullgraph=True, backend="inductor" if HAS_CUDA else "eager")
+    compiled = torch.compile(f, fullgraph=True, backend="eager")
     ids = torch.full((T, K), -7, dtype=torch.int32, device=DEVICE)
     with pytest.raises(ValueError, match=r"out\[0\] \(weights\) overlaps the bias"):
         compiled(x, buf, buf[:T * K].view(T, K), ids)
