@@ -400,3 +400,67 @@ def test_empty_batch():
     cfg = RouterConfig(num_experts=8, top_k=2, num_shared_experts=2)
     w, ids = route(torch.randn(0, 8), cfg, ExpertLayout(shared_slots="per_rank", ep_size=2), backend="reference")
     assert w.shape == (0, 4) and ids.shape == (0, 4)
+
+
+def test_checker_review_groups_replicas_zero_fill_and_arguments():
+    """A review of check_routing (2026-12-04): an expert of a dropped group passed where its key tied a kept expert's
+    (a dead one too); a router that kept a group tied with the reference's last one was reported; a zero-filled
+    expert's tolerance came from its own logit's size; the replica of the right expert on the wrong rank passed;
+    float ids and token ids were truncated; bad arguments crashed without naming themselves."""
+    nan = float("nan")
+    cfg = RouterConfig(8, 3, scoring="sigmoid", n_group=2, topk_group=1, group_score="max", renormalize=False)
+    x = torch.tensor([[3.0, nan, nan, nan, 0.5, nan, -1.0, -2.0]])
+    w, ids = route(x, cfg, backend="reference")
+    assert ids.tolist() == [[0, 1, 2]] and check_routing(w, ids, cfg, logits=x) == []
+    bad = torch.tensor([[0, 1, 5]], dtype=torch.int32)  # 5: a dead expert of the dropped group
+    assert [v.what for v in check_routing(w, bad, cfg, logits=x)] == ["group"]
+    cfg2 = RouterConfig(8, 1, scoring="sigmoid", n_group=4, topk_group=1, renormalize=False)
+    x2 = torch.tensor([[2.0, 2.0, 2.0, -3.0, -5, -5, -5, -5]])
+    w2, _ = route(x2, cfg2, backend="reference")
+    assert [v.what for v in check_routing(w2, torch.tensor([[2]], dtype=torch.int32), cfg2, logits=x2)] == ["group"]
+    # A group tied with the reference's kept one (1 ulp, and exactly) may be kept instead.
+    for second in (0.9999999, 1.0):
+        x3 = torch.tensor([[1.0, -3, -3, -3, second, 0.5, -3, -3]])
+        other = torch.tensor([[4, 5]], dtype=torch.int32)
+        assert check_routing(torch.sigmoid(x3)[:, [4, 5]], other, cfg.replace(top_k=2), logits=x3) == []
+        wrong_w = torch.sigmoid(x3)[:, [4, 5]] * 1.01  # its weights still checked
+        assert {v.what for v in check_routing(wrong_w, other, cfg.replace(top_k=2), logits=x3)} == {"weight value"}
+    # Zero fill: a dropped expert's key is 0.0 exactly, whatever its logit.
+    zcfg = RouterConfig(4, 2, scoring="sigmoid", selection="logits", n_group=2, topk_group=1, group_score="max",
+                        group_fill="zero", renormalize=False)
+    xz = torch.tensor([[0.005, -1000.0, -1000.0, -2000.0]])
+    assert route(xz, zcfg, backend="reference").ids.tolist() == [[0, 2]]
+    zw = torch.sigmoid(xz)[:, [2, 3]]
+    assert "selection" in {v.what for v in check_routing(zw, torch.tensor([[2, 3]], dtype=torch.int32), zcfg,
+                                                         logits=xz)}
+    # The replica policy decides the slot.
+    pl = ExpertPlacement((0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3), 8)
+    xr = torch.tensor([[5.0, 4.0, 0, 0, 0, 0, 0, 0]])
+    for policy in ("first", "home_rank"):
+        lay = ExpertLayout(ep_size=2, placement=pl, replica_policy=policy)
+        rw, rids = route(xr, RouterConfig(8, 2, scoring="sigmoid"), lay, home_rank=0, backend="reference")
+        assert rids.tolist() == [[0, 1]]
+        wrong = torch.tensor([[8, 1]], dtype=torch.int32)  # expert 0's replica on rank 1
+        for kw in ({}, {"logits": xr}):
+            got = check_routing(rw, wrong, RouterConfig(8, 2, scoring="sigmoid"), lay, home_rank=0, **kw)
+            assert [v.what for v in got] == ["replica"], (policy, kw)
+    # Arguments.
+    with pytest.raises(TypeError, match="ids must be an integer"):
+        check_routing(w, ids.float() + 0.9, cfg, logits=x)
+    with pytest.raises(TypeError, match="weights must be a floating"):
+        check_routing(ids, ids, cfg)
+    with pytest.raises(TypeError, match="config must be a RouterConfig"):
+        check_routing(w, ids, None)
+    with pytest.raises(TypeError, match="weights must be a tensor"):
+        check_routing(w.numpy(), ids, cfg)
+    with pytest.raises(ValueError, match="rtol"):
+        check_routing(w, ids, cfg, rtol=float("nan"))
+    h = RouterConfig(8, 2, routing="hash")
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+    tid = torch.tensor([0, 1])
+    hw, hids = route(torch.randn(2, 8), h, token_ids=tid, hash_table=table, backend="reference")
+    assert check_routing(hw, hids, h, token_ids=tid, hash_table=table) == []
+    with pytest.raises(TypeError, match="token_ids"):
+        check_routing(hw, hids, h, token_ids=tid.float() + 0.9, hash_table=table)
+    with pytest.raises(ValueError, match="hash_table"):
+        check_routing(hw, hids, h, token_ids=tid, hash_table=table[:, :1])

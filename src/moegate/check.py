@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
 
-from moegate._checks import _check_bias, _check_expert_scale, _check_home_rank, _check_logits, _check_num_valid_tokens
+from moegate._checks import (
+    INT_DTYPES,
+    _check_bias,
+    _check_expert_scale,
+    _check_hash_table,
+    _check_home_rank,
+    _check_logits,
+    _check_num_valid_tokens,
+    _check_token_ids,
+)
 from moegate.config import RouterConfig
 from moegate.layout import ExpertLayout, _check_layout_for
 from moegate.reference import (
+    _stable_order,
     group_keys,
     outside_domain,
+    place,
     route_reference,
     routed_weights,
     scores_and_keys,
@@ -97,7 +109,9 @@ def check_routing(
     may be chosen either way, and equal keys too: the checker does not test the lower-id tie rule (the kernel tests
     do). The keys are those step 5 ranks (group_fill="zero": 0.0 for every dropped expert); a dead expert (-inf
     key) is near only another dead one. Another set of near-tied experts than the reference's is held to its own
-    column order and weights (steps 6-8 on its scores). Without ``logits``, a renormalized row whose routed weights
+    column order and weights (steps 6-8 on its scores). With group_fill="exclude", the routed experts come from at
+    most topk_group groups, each kept by the reference or within rtol of its last kept group's score ("group"). With
+    a placement, each routed id is the slot replica_policy gives its expert ("replica"). Without ``logits``, a renormalized row whose routed weights
     are all 0 passes (all-NaN logits give it), and with ``has_expert_scale`` the sum is not checked (the scale
     multiplies after the norm).
     The layout must fit the config and ``home_rank`` lie in [0, ep_size); given ``logits``, a config's bias and
@@ -107,6 +121,18 @@ def check_routing(
     """
     layout = ExpertLayout() if layout is None else layout  # 0, [], '' are refused below, not defaults
     found: list[Violation] = []
+    if not isinstance(config, RouterConfig):
+        raise TypeError(f"config must be a RouterConfig, got {type(config).__name__}")
+    for name, t in (("weights", weights), ("ids", ids)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"check_routing: {name} must be a tensor, got {type(t).__name__}")
+    if ids.dtype not in INT_DTYPES:
+        raise TypeError(f"check_routing: ids must be an integer tensor, got {ids.dtype}")
+    if not weights.is_floating_point():
+        raise TypeError(f"check_routing: weights must be a floating-point tensor, got {weights.dtype}")
+    for name, v in (("rtol", rtol), ("atol", atol)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"check_routing: {name} must be a finite float >= 0, got {v!r}")
     if config.routing == "hash" and (token_ids is None) != (hash_table is None):
         missing = "token_ids" if token_ids is None else "hash_table"
         raise ValueError(f"check_routing: hash routing checks the ids against hash_table[token_ids]: {missing} is "
@@ -136,6 +162,10 @@ def check_routing(
         if t is not None and t.shape[0] != T:
             raise ValueError(f"check_routing: {name} has {t.shape[0]} rows, the routing {T}: pass the {name} it was "
                              "routed from")
+    if config.routing == "hash" and token_ids is not None:
+        # As route() checks them (a float table was truncated, a [vocab, K'] one broadcast or indexed past E).
+        _check_token_ids(token_ids, T, token_ids.device)
+        _check_hash_table(hash_table, config.num_experts, K, hash_table.device)
     if isinstance(num_valid_tokens, torch.Tensor):  # the checker reads everything on the host
         _check_num_valid_tokens(num_valid_tokens, T, num_valid_tokens.device)
         num_valid_tokens = int(num_valid_tokens.reshape(()).cpu())
@@ -170,6 +200,14 @@ def check_routing(
     dup = live.unsqueeze(1) & (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
     for t in torch.nonzero(dup.any(dim=1)).flatten().tolist():
         add(t, -1, "distinct", f"routed experts repeat: logical ids {logical[t].tolist()}")
+    if layout.placement is not None:
+        # Step 9 is a function of the logical id, the row and home_rank (replica_policy): a replica of the right expert
+        # on another rank than the policy's is a wrong id too.
+        named = live.unsqueeze(1) & (logical >= 0)
+        want_phys = place(logical.clamp(min=0), config, layout, home_rank)
+        for t, col in torch.nonzero(named & (ids64[:, :K] != want_phys)).tolist():
+            add(t, col, "replica", f"expert {int(logical[t, col])} must take slot {int(want_phys[t, col])} "
+                f"(replica_policy={layout.replica_policy!r}, home_rank={home_rank}), got {int(ids64[t, col])}")
 
     if C:
         shared_ids, shared_w = shared_columns(1, config, layout, home_rank, torch.device("cpu"), torch.float64)
@@ -233,8 +271,26 @@ def _check_against_reference(found, add, logits, bias, token_ids, hash_table, ex
     # with. Relative, not absolute: softmax keys of 1e-10 and 2e-7 are no near-tie. FTZ'd denormals are.
     mag = key.abs() if bias_c is None else (key - bias_c.float()).abs() + bias_c.float().abs()
     floor = 2 * torch.finfo(torch.float32).tiny
-    # The keys as step 5 ranks them: group_fill="zero" ties every dropped expert at 0.0 (any of them may be taken).
+    # The keys as step 5 ranks them: group_fill="zero" ties every dropped expert at 0.0 (any of them may be taken),
+    # exactly 0.0, whatever its own logit's size.
+    raw_key = key
     key = group_keys(key, config)[0]
+    mag = torch.where(key != raw_key, torch.zeros_like(mag), mag)
+    T, G, gsz = key.shape[0], config.n_group, config.group_size
+    exclude_groups = G > 1 and config.group_fill == "exclude" and config.routing != "hash"
+    if exclude_groups:
+        # Step 4's choice, near-ties forgiven as step 5's are: the groups whose score is within rtol of the
+        # topk_group-th kept one's may be kept instead of it; a routed expert of any other group is a violation.
+        grouped, gmag_e = raw_key.view(T, G, gsz), mag.view(T, G, gsz)
+        top = 2 if config.group_score == "top2_sum" else 1
+        g_top, g_idx = grouped.sort(dim=2, descending=True, stable=True)
+        g_score = g_top[:, :, :top].sum(dim=2)  # [T, G]
+        g_mag = gmag_e.gather(2, g_idx[:, :, :top]).sum(dim=2)  # [T, G]
+        g_order = _stable_order(g_score)  # [T, G]
+        last = g_order[:, config.topk_group - 1 : config.topk_group]  # [T, 1] the topk_group-th kept group
+        kth, kth_mag = g_score.gather(1, last), g_mag.gather(1, last)
+        admissible = (g_score >= kth) | (torch.isfinite(g_score) & torch.isfinite(kth)
+                                         & (kth - g_score <= rtol * torch.maximum(g_mag, kth_mag) + floor))
 
     def near(k_got, k_want, m_got, m_want):
         # A dead expert's key (-inf) ties only with another's: its size is inf, and inf * rtol forgives anything.
@@ -246,7 +302,21 @@ def _check_against_reference(found, add, logits, bias, token_ids, hash_table, ex
         got, want = logical[t], ref_ids[t]
         if (got < 0).any():
             continue  # already reported
-        if set(got.tolist()) != set(want.tolist()):
+        other_groups = False
+        if exclude_groups:
+            used = sorted(set((got // gsz).tolist()))
+            if not bool(admissible[t, used].all()) or len(used) > config.topk_group:
+                add(t, -1, "group", f"experts {sorted(got.tolist())} come from groups {used}; step 4 keeps "
+                    f"{config.topk_group} of {G} groups, here {sorted(g_order[t, :config.topk_group].tolist())} (or "
+                    "groups whose score is within rtol of the last kept one's)")
+                continue
+            if not set(used) <= set(g_order[t, :config.topk_group].tolist()):
+                # A near-tied group kept instead of the reference's: the reference's selection within that choice.
+                kept = used + [g for g in g_order[t].tolist() if g not in used][: config.topk_group - len(used)]
+                cand = torch.cat([torch.arange(g * gsz, (g + 1) * gsz) for g in sorted(kept)])
+                want = cand[_stable_order(key[t, cand][None, :])[0, :K]]
+                other_groups = True
+        if other_groups or set(got.tolist()) != set(want.tolist()):
             got_keys, got_order = key[t, got].sort(descending=True)
             want_keys, want_order = key[t, want].sort(descending=True)
             if not bool(near(got_keys, want_keys, mag[t, got][got_order], mag[t, want][want_order]).all()):
