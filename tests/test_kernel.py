@@ -359,6 +359,45 @@ def test_nan_and_neg_inf_rows():
         assert (got.weights >= 0).all()
 
 
+@pytest.mark.parametrize("T", [4, 37])
+@pytest.mark.parametrize("scoring,renormalize", [("sqrtsoftplus", False), ("sqrtsoftplus", True),
+                                                 ("softmax", True), ("softmax", False), ("sigmoid", False)])
+def test_exponentials_below_the_normal_range_are_zero(scoring, renormalize, T):
+    """Step 2's flush (docs/contract.md): exp results below 2**-126 are 0. Row 0 has three experts that score in
+    fp32's normal range, three more whose exp is subnormal (distinct values before the rule: the higher ids the
+    larger) and the rest lower still; top-8 takes the three, then the lowest ids among the flushed, with weight 0.
+    On the GPU libdevice's flush-to-zero exp computes that; under the interpreter the kernel flushes numpy's
+    subnormals itself. Sigmoid, whose tiny scores come from a division, keeps its subnormals (and so its order).
+    T = 4 takes DeepSeek-V4's fast sqrt-softplus keys on the GPU (T <= 32), T = 37 the exact ones."""
+    E, K = (256 if FULL else 16), 8
+    config = RouterConfig(E, K, scoring=scoring, renormalize=renormalize)
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(T, E, generator=g) * 2
+    if scoring == "softmax":  # relative to the row max 0: e = exp(x)
+        row = torch.full((E,), -100.0)
+        row[E - 1], row[E - 2], row[E - 3] = 0.0, -80.0, -87.2
+    elif scoring == "sqrtsoftplus":
+        row = torch.full((E,), -100.0)
+        row[E - 1], row[E - 2], row[E - 3] = -87.0, -87.1, -87.2
+    else:  # sigmoid: 1 / (1 + exp(-x)), subnormal below x = -87.34 and 0 below -88.72
+        row = torch.full((E,), -89.0)
+        row[E - 1], row[E - 2], row[E - 3] = -87.0, -87.1, -87.2
+    row[E - 6], row[E - 5], row[E - 4] = -88.5, -88.0, -87.5  # exp subnormal (softmax: 87.5-88.5 below the max)
+    logits[0] = row
+    logits[T - 1] = -100.0  # every exp flushed: ids 0..K-1
+    logits = logits.to(DEVICE)
+    got, want = run_both(logits, config)
+    top = [E - 1, E - 2, E - 3]
+    if scoring == "sigmoid":
+        assert got.ids[0].tolist() == top + [E - 4, E - 5, E - 6, 0, 1]
+        assert (got.weights[0, :6] > 0).all()
+    else:
+        assert got.ids[0].tolist() == top + [0, 1, 2, 3, 4]
+        assert (got.weights[0, :3] > 0).all() and (got.weights[0, 3:] == 0).all()
+        if scoring == "sqrtsoftplus":
+            assert got.ids[T - 1].tolist() == list(range(K)) and (got.weights[T - 1] == 0).all()
+
+
 def test_exclude_never_selects_a_dropped_group_even_below_neg_inf():
     """Kept groups full of -inf still come before any expert of a dropped group (group_fill='exclude')."""
     E, G = 32, 4

@@ -45,6 +45,26 @@ def test_sqrtsoftplus_both_branches():
     assert w[0].tolist() == pytest.approx([math.sqrt(30.0), math.sqrt(math.log(2.0))], rel=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_exponentials_below_the_normal_range_are_zero(dtype):
+    """Step 2: exp results below 2**-126 are 0 (what the GPU's flush-to-zero math computes). Softmax experts more
+    than ~87.34 below the row max and sqrt-softplus logits below ~-87.34 score 0 and tie (lower ids first); just
+    above the bound they score; sigmoid's tiny scores come from a division, not a small exp, and stay subnormal."""
+    from moegate.reference import scores_and_keys
+
+    x = torch.tensor([[-100.0, -90.0, -87.5, -87.2, -80.0, 0.0]])
+    s, _ = scores_and_keys(x, RouterConfig(6, 2), None, dtype)
+    assert s[0, :3].tolist() == [0.0, 0.0, 0.0] and (s[0, 3:] > 0).all()
+    s, _ = scores_and_keys(x, RouterConfig(6, 2, scoring="sqrtsoftplus"), None, dtype)
+    assert s[0, :3].tolist() == [0.0, 0.0, 0.0] and float(s[0, 3]) == pytest.approx(math.exp(-87.2 / 2), rel=1e-6)
+    s, _ = scores_and_keys(torch.tensor([[-88.5, -88.0, -87.5]]), RouterConfig(3, 2, scoring="sigmoid"), None, dtype)
+    assert 0.0 < float(s[0, 0]) < float(s[0, 1]) < float(s[0, 2]) < 2.0**-126  # subnormal, ordered
+    # K beyond the scoring experts: the flushed ones tie and go by id, not by their subnormal values.
+    cfg = RouterConfig(6, 5, scoring="sqrtsoftplus", renormalize=False)
+    w, ids = r([[-90.0, -100.0, -87.5, -87.2, -80.0, -88.0]], cfg)
+    assert ids.tolist() == [[4, 3, 0, 1, 2]] and w[0, 2:].tolist() == [0.0, 0.0, 0.0]
+
+
 def test_logit_scale_then_softcap():
     cfg = RouterConfig(num_experts=2, top_k=2, scoring="sigmoid", renormalize=False, logit_scale=2.0, softcap=1.5)
     w, _ = r([[1.0, -3.0]], cfg)

@@ -111,9 +111,9 @@ def check_routing(
     key) is near only another dead one. Another set of near-tied experts than the reference's is held to its own
     column order and weights (steps 6-8 on its scores). With group_fill="exclude", the routed experts come from at
     most topk_group groups, each kept by the reference or within rtol of its last kept group's score ("group"). With
-    a placement, each routed id is the slot replica_policy gives its expert ("replica"). Without ``logits``, a renormalized row whose routed weights
-    are all 0 passes (all-NaN logits give it), and with ``has_expert_scale`` the sum is not checked (the scale
-    multiplies after the norm).
+    a placement, each routed id is the slot replica_policy gives its expert ("replica"). Without ``logits``, a
+    renormalized row whose routed weights are all 0 passes (all-NaN logits give it), and with ``has_expert_scale``
+    the sum is not checked (the scale multiplies after the norm).
     The layout must fit the config and ``home_rank`` lie in [0, ep_size); given ``logits``, a config's bias and
     expert_scale are required, as route() requires them.
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from moegate._checks import FP32_TINY
 from moegate.config import RouterConfig
 from moegate.layout import ExpertLayout
 
@@ -30,19 +31,24 @@ def scores_and_keys(
     if config.scoring == "softmax":
         row_max = x.amax(dim=1, keepdim=True)  # [T, 1]
         row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-        e = torch.exp(x - row_max)  # [T, W]
+        e = _flush(torch.exp(x - row_max))  # [T, W]
         total = e.sum(dim=1, keepdim=True)  # [T, 1]
         s = torch.where(total > 0, e / total, torch.zeros_like(e))
     elif config.scoring == "sigmoid":
         s = torch.sigmoid(x)
     else:  # sqrtsoftplus
-        softplus = torch.where(x > 20, x, torch.log1p(torch.exp(torch.clamp(x, max=20))))
+        softplus = torch.where(x > 20, x, torch.log1p(_flush(torch.exp(torch.clamp(x, max=20)))))
         s = torch.sqrt(softplus)
     key = s if config.selection == "scores" else x
     if bias is not None:
         key = key + bias.to(dtype)  # [T, W]
     key = key.masked_fill(dead, float("-inf"))
     return s, key
+
+
+def _flush(e: torch.Tensor) -> torch.Tensor:
+    """Step 2's exponentials below fp32's normal range are 0 (the contract; GPU math libraries flush them)."""
+    return e.masked_fill(e < FP32_TINY, 0.0)
 
 
 def _scaled_logits(logits: torch.Tensor, config: RouterConfig, dtype: torch.dtype) -> torch.Tensor:

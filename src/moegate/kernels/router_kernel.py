@@ -74,12 +74,19 @@ def _div_nonneg(w, d):
     return tl.where(nonzero, _div(tl.where(nonzero, w, 1.0), d), 0.0)
 
 
+FP32_TINY = tl.constexpr(1.1754943508222875e-38)  # 2**-126, fp32's smallest normal number
+
+
 @triton.jit
 def _exp(x, ACCURATE: tl.constexpr):
+    """exp(x) with results below 2**-126 flushed to 0 (the contract, step 2). libdevice is linked with
+    flush-to-zero, so on the GPU its exp does that itself; the interpreter's numpy keeps subnormals and is flushed
+    here, so that the CPU lane computes what the GPU does."""
     if ACCURATE:
         y = libdevice.exp(x)
     else:
         y = tl.exp(x)
+        y = tl.where(y < FP32_TINY, 0.0, y)
     return y
 
 
@@ -217,6 +224,7 @@ def _approx(x, OP: tl.constexpr, ACCURATE: tl.constexpr):
                                       pack=1)
     elif OP == "ex2":
         y = tl.exp2(x)
+        y = tl.where(y < FP32_TINY, 0.0, y)  # .ftz
     elif OP == "lg2":
         y = tl.log2(x)
     elif OP == "rcp":
@@ -345,7 +353,7 @@ def _recip_ge1(y, ACCURATE: tl.constexpr):
         q = tl.fma(r, tl.fma(-y, r, 1.0), r)
     else:
         q = tl.div_rn(tl.full(y.shape, 1.0, tl.float32), y)
-        q = tl.where(y == float("inf"), float("nan"), tl.where(q < 1.1754943508222875e-38, 0.0, q))
+        q = tl.where(y == float("inf"), float("nan"), tl.where(q < FP32_TINY, 0.0, q))
     return q
 
 
