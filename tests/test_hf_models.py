@@ -720,9 +720,17 @@ def test_keys_that_the_model_reads_otherwise_or_refuses():
                        ({"model_type": "cohere2_moe", "num_shared_experts": 1,
                          "shared_expert_combination_strategy": "mean"}, "shared_expert_combination_strategy"),
                        ({"model_type": "mistral4", "n_group": None}, "no value for 'n_group'"),
-                       ({"model_type": "deepseek_v3", "n_group": 8, "topk_group": None}, "no value for 'topk_group'")):
+                       ({"model_type": "deepseek_v3", "n_group": 8, "topk_group": None}, "no value for 'topk_group'"),
+                       ({"model_type": "deepseek_v3", "n_group": None}, "no value for 'n_group'"),
+                       ({"model_type": "glm4_moe", "n_group": None, "topk_group": None}, "no value for 'n_group'"),
+                       ({"model_type": "kimi_linear", "num_expert_group": None}, "no value for 'num_expert_group'")):
         with pytest.raises(ValueError, match=match):
             from_hf_config(bad)
+    # AXK2's router skips the group step when either count is None (its route_tokens_to_experts).
+    for groups in ({"n_group": None, "topk_group": None}, {"n_group": 8, "topk_group": None}, {"n_group": None}):
+        cfg = from_hf_config({"model_type": "axk2", **groups})
+        assert (cfg.n_group, cfg.topk_group) == (1, 1)
+    assert from_hf_config({"model_type": "axk2", "n_group": 8, "topk_group": 4}).n_group == 8
 
 
 def test_review_defaults_of_cohere2_ocr_wrappers_and_null_factors():

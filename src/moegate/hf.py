@@ -118,16 +118,20 @@ def _biased(
     groups: tuple[str, str] | None = None, group_defaults=(1, 1), group_fill: str = "exclude",
     norm: str | bool = True, norm_default=True, eps: float = 1e-20, rsf: float = 1.0, shared: int = 0,
     logit_scale: float = 1.0, softcap: float | None = None, bias: bool = True, selection: str = "scores",
+    null_groups_ungrouped: bool = False,
 ) -> RouterConfig:
-    """DS3 / AXK2 / SB / Kolibri1: score (+ bias) -> [groups] -> top-k -> gather -> [renorm] -> x rsf."""
+    """DS3 / AXK2 / SB / Kolibri1: score (+ bias) -> [groups] -> top-k -> gather -> [renorm] -> x rsf.
+    A null group count is no groups where the family's router says so (``null_groups_ungrouped``: AXK2 skips the
+    group step when either count is None); elsewhere it is a ValueError naming the key (DeepSeek-V3's router
+    views the scores as [T, n_group, E / n_group] and fails on None)."""
     n_group, topk_group = 1, 1
     if groups is not None:
         n_group = v.get(groups[0], group_defaults[0])
         topk_group = v.get(groups[1], group_defaults[1])
-        if n_group is None:
+        if null_groups_ungrouped and (n_group is None or topk_group is None):
             n_group, topk_group = 1, 1
         else:
-            n_group, topk_group = int(n_group), int(v.need(groups[1], group_defaults[1]))
+            n_group, topk_group = int(v.need(groups[0], group_defaults[0])), int(v.need(groups[1], group_defaults[1]))
     renorm = norm if isinstance(norm, bool) else bool(v.get(norm, norm_default))
     return RouterConfig(
         num_experts=v.need(E, E_default), top_k=v.need(K, K_default), scoring=scoring, selection=selection,
@@ -260,7 +264,7 @@ def _deepseek_v2(defaults: dict):
 
 def _ds3(E="n_routed_experts", K="num_experts_per_tok", E_default=256, K_default=8, groups=("n_group", "topk_group"),
          group_defaults=(8, 4), norm="norm_topk_prob", norm_default=True, rsf_default=2.5,
-         shared="n_shared_experts", shared_default=1, group_fill="exclude"):
+         shared="n_shared_experts", shared_default=1, group_fill="exclude", null_groups_ungrouped=False):
     """DS3: sigmoid + correction bias, top2_sum groups, renorm if flag (+1e-20), x rsf."""
     def build(v):
         S = shared(v) if callable(shared) else _shared(v, shared, shared_default)
@@ -268,6 +272,7 @@ def _ds3(E="n_routed_experts", K="num_experts_per_tok", E_default=256, K_default
             v, E=E, K=K, E_default=E_default, K_default=K_default, groups=groups, group_defaults=group_defaults,
             group_fill=group_fill, norm=norm, norm_default=norm_default,
             rsf=_rsf_or_one(v, v.get("routed_scaling_factor", rsf_default)), shared=S,
+            null_groups_ungrouped=null_groups_ungrouped,
         )
     return build
 
@@ -661,7 +666,8 @@ FAMILIES: dict[str, _Family] = {
     "beam": _Family("DS3", _ds3(E="num_experts", shared=None, shared_default=0), {}, _fixed_dense_prefix(3), 52,
                     "the block, not the router, multiplies by routed_scaling_factor"),
     "axk2": _Family("AXK2 (DS3, groups filled with 0.0)",
-                    _ds3(E_default=128, group_defaults=(None, None), group_fill="zero"), _ROUTED,
+                    _ds3(E_default=128, group_defaults=(None, None), group_fill="zero",
+                         null_groups_ungrouped=True), _ROUTED,
                     _first_k_dense(1, "moe_layer_freq"), 48),
     "mistral4": _Family("M4", _mistral4("norm_topk_prob"), _ROUTED, _first_k_dense(0), 36),
     "mistral_large4_text": _Family("M4", _mistral4(True), {**_ROUTED, "num_experts": "n_routed_experts"},
