@@ -38,6 +38,10 @@ def test_load_rejects_files_that_are_not_captures(tmp_path):
     save_file({"weights": torch.zeros(2)}, str(other))
     with pytest.raises(ValueError, match="not a moegate routing capture"):
         RoutingRecorder.load(other)
+    tagged = tmp_path / "tagged.safetensors"  # the format tag but no ids (a review: a bare KeyError was possible)
+    save_file({"num_tokens": torch.zeros(1, dtype=torch.int64)}, str(tagged), {"format": "moegate.routing/1"})
+    with pytest.raises(ValueError, match="not a moegate routing capture"):
+        RoutingRecorder.load(tagged)
 
 
 def test_recorder_arguments_are_checked():
@@ -149,6 +153,11 @@ def test_replay_refuses_what_it_cannot_replay():
     with pytest.raises(ValueError, match="layer"):
         rec.replay(2)
     rec.record(1, torch.tensor([[0, 1], [-1, -1], [2, 3]], dtype=torch.int32))
+    with pytest.raises(ValueError, match="padded rows must come last"):
+        rec.replay(1)
+    # A row half padding, before no other padding (a review: only the case above was tried, which the first
+    # clause catches; without the second clause replay returned a table holding -1).
+    rec.record(1, torch.tensor([[0, 1], [-1, 3]], dtype=torch.int32))
     with pytest.raises(ValueError, match="padded rows must come last"):
         rec.replay(1)
 

@@ -207,6 +207,41 @@ def test_route_exits_1_when_the_router_breaks_an_invariant(capsys, monkeypatch):
     assert code == 1 and not got["check"]["ok"] and got["check"]["violations"] >= 1
 
 
+def test_route_reference_rows_catch_what_only_the_reference_sees(capsys, monkeypatch):
+    """Two columns of row 5 swapped (ids and weights together): every structural invariant holds, and only the
+    comparison with the fp32 reference (--verify-rows) finds it (a review: switching that comparison off passed)."""
+    import moegate.cli
+
+    def swapped(*args, **kwargs):
+        weights, ids = route(*args, **kwargs)
+        weights, ids = weights.clone(), ids.clone()
+        weights[5, [0, 1]], ids[5, [0, 1]] = weights[5, [1, 0]], ids[5, [1, 0]]
+        return weights, ids
+
+    monkeypatch.setattr(moegate.cli, "route", swapped)
+    code, out, _ = run_cli(capsys, "route", "--preset", "qwen3-moe", "--tokens", "64", "--json")
+    got = json.loads(out)
+    assert code == 1 and any("column order" in v for v in got["check"]["first"])
+    code, _, _ = run_cli(capsys, "route", "--preset", "qwen3-moe", "--tokens", "64", "--verify-rows", "0", "--json")
+    assert code == 0
+
+
+def test_route_passes_home_rank_to_the_router(capsys, monkeypatch):
+    """--home-rank reaches route() (a review: only the echoed layout was asserted; dropping it passed)."""
+    import moegate.cli
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("home_rank"))
+        return route(*args, **kwargs)
+
+    monkeypatch.setattr(moegate.cli, "route", spy)
+    code, _, _ = run_cli(capsys, "route", "--tokens", "16", "--ep-size", "8", "--shared-slots", "per_rank",
+                         "--home-rank", "2", "--json")
+    assert code == 0 and seen and set(seen) == {2}
+
+
 def test_route_bias_from_a_file(capsys, tmp_path):
     bias = torch.linspace(-0.05, 0.05, 256)
     path = tmp_path / "bias.npy"

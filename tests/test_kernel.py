@@ -398,6 +398,16 @@ def test_exponentials_below_the_normal_range_are_zero(scoring, renormalize, T):
             assert got.ids[T - 1].tolist() == list(range(K)) and (got.weights[T - 1] == 0).all()
 
 
+def test_zero_experts_with_layouts_of_no_shared_column():
+    """Zero experts with shared_slots='global' / 'per_rank' and no shared expert (no column: allowed since a review
+    of 2026-12-04), scale='on_output' too: the kernel routes them as the reference does."""
+    config = RouterConfig(16, 3, num_zero_experts=4, scoring="sigmoid", routed_scaling_factor=2.0)
+    logits = tie_free_logits(37, 20)
+    for layout in (ExpertLayout(shared_slots="global"), ExpertLayout(shared_slots="per_rank", scale="on_output")):
+        got, _ = run_both(logits, config, layout)
+        assert got.ids.shape == (37, 3) and bool((got.ids >= 16).any())  # zero experts among the winners
+
+
 def test_exclude_never_selects_a_dropped_group_even_below_neg_inf():
     """Kept groups full of -inf still come before any expert of a dropped group (group_fill='exclude')."""
     E, G = 32, 4

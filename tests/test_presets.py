@@ -51,6 +51,16 @@ def test_preset_hf_config_is_a_copy():
     assert preset("kimi-k2.5").num_experts == 384
 
 
+def test_the_registry_is_read_only_and_preset_builds_from_a_copy():
+    """A review (2026-12-04): preset() read the stored dict, so a caller's write to PRESETS[...].hf_config changed
+    every later preset(); the registry is read-only now, hf_config is a copy, and a Preset hashes."""
+    with pytest.raises(TypeError):
+        PRESETS["mixtral"] = PRESETS["qwen3-moe"]
+    PRESETS["deepseek-v3"].hf_config["num_experts_per_tok"] = 4
+    assert preset("deepseek-v3").top_k == 8
+    assert hash(PRESETS["mixtral"]) == hash(PRESETS["mixtral"])
+
+
 @pytest.mark.parametrize(
     "name,expected",
     [
@@ -76,6 +86,21 @@ def test_preset_hf_config_is_a_copy():
                                routed_scaling_factor=6.0, has_correction_bias=True)),
         ("gemma4", dict(num_experts=128, top_k=8, has_expert_scale=True, renormalize=True)),
         ("dbrx", dict(num_experts=16, top_k=4, renorm_p=1.0, renormalize=True)),
+        # The presets a review found pinned nowhere (their values from the models' config.json on the Hub).
+        ("deepseek-r1", dict(num_experts=256, top_k=8, scoring="sigmoid", has_correction_bias=True, n_group=8,
+                             topk_group=4, renormalize=True, routed_scaling_factor=2.5, num_shared_experts=1)),
+        ("deepseek-v3.2", dict(num_experts=256, top_k=8, scoring="sigmoid", has_correction_bias=True, n_group=8,
+                               topk_group=4, renormalize=True, routed_scaling_factor=2.5, num_shared_experts=1)),
+        ("deepseek-v2-lite", dict(num_experts=64, top_k=6, scoring="softmax", n_group=1, renormalize=False,
+                                  routed_scaling_factor=1.0, num_shared_experts=2)),
+        ("glm-4.6", dict(num_experts=160, top_k=8, scoring="sigmoid", has_correction_bias=True, n_group=1,
+                         renormalize=True, routed_scaling_factor=2.5, num_shared_experts=1)),
+        ("gpt-oss-20b", dict(num_experts=32, top_k=4, scoring="softmax", selection="logits", renormalize=True,
+                             num_shared_experts=0)),
+        ("minimax-text-01", dict(num_experts=32, top_k=2, scoring="softmax", renormalize=True, num_shared_experts=0)),
+        ("mixtral-8x22b", dict(num_experts=8, top_k=2, scoring="softmax", renormalize=True, renorm_eps=0.0)),
+        ("qwen3-235b-a22b", dict(num_experts=128, top_k=8, scoring="softmax", renormalize=True, renorm_eps=0.0,
+                                 num_shared_experts=0)),
     ],
 )
 def test_preset_routing_facts(name, expected):

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from moegate import ExpertLayout, ExpertPlacement, RouterConfig, check_routing, route
 from moegate.check import logical_routed_ids
+from moegate.reference import group_keys, scores_and_keys
 
 
 @st.composite
@@ -96,5 +97,33 @@ def test_every_drawn_routing_satisfies_every_invariant(data):
     plain_kw = dict(kw, home_rank=0)
     pw, pids = route(logits, cfg, ExpertLayout(scale=layout.scale), backend="reference", **plain_kw)
     K = cfg.top_k
-    assert torch.equal(logical_routed_ids(ids[:, :K], cfg, layout), pids.long())
+    logical = logical_routed_ids(ids[:, :K], cfg, layout)
+    assert torch.equal(logical, pids.long())
     assert torch.equal(w[:, :K], pw)
+    # Invariants that do not go through the reference's own selection and placement (check_routing recomputes both
+    # with the reference: a review found the K worst experts, or a wrong replica, passed the checks above).
+    valid = T if nvt is None else nvt
+    if cfg.routing == "topk" and valid:
+        _, key = scores_and_keys(logits[:valid], cfg, bias)
+        key, allowed = group_keys(key, cfg)
+        if allowed is not None:
+            key = key.masked_fill(~allowed, float("-inf"))
+        chosen = key.gather(1, logical[:valid])  # [valid, K]
+        assert (chosen[:, :-1] >= chosen[:, 1:]).all(), "columns not in descending key order"
+        rest = key.scatter(1, logical[:valid], float("-inf"))
+        assert (chosen.min(dim=1).values >= rest.max(dim=1).values).all(), "an unselected key beats a selected one"
+    if layout.placement is not None and valid:
+        p2l = layout.placement.physical_to_logical
+        L = layout.slots_per_rank(cfg.num_experts)
+        S = cfg.num_shared_experts if layout.shared_slots == "per_rank" else 0
+        for t in range(valid):
+            for k in range(K):
+                e = int(logical[t, k])
+                reps = [slot for slot, x in enumerate(p2l) if x == e]
+                want = reps[t % len(reps)]
+                if layout.replica_policy == "first":
+                    want = reps[0]
+                elif layout.replica_policy == "home_rank":
+                    want = next((slot for slot in reps if slot // L == home_rank), want)
+                got = int(ids[t, k])
+                assert got - (got // (L + S)) * S == want, (t, k, e, reps, got)

@@ -24,8 +24,6 @@ BAD_CONFIGS = [
     (dict(num_experts=8, top_k=2, logit_scale=0.0), "logit_scale"),
     (dict(num_experts=8, top_k=2, num_shared_experts=-1), "num_shared_experts"),
     (dict(num_experts=8, top_k=2, routing="random"), "routing"),
-    (dict(num_experts=8.0, top_k=2), "num_experts"),
-    (dict(num_experts=8, top_k=2, renormalize=1), "renormalize"),
     (dict(num_experts=8, top_k=2, has_expert_scale=True, num_zero_experts=2), "num_zero_experts"),
     (dict(num_experts=8, top_k=2, routing="hash", num_zero_experts=2), "num_zero_experts"),
     # Factors outside fp32 (a review: the kernel wrote inf where the reference raised a bare RuntimeError).
@@ -36,13 +34,41 @@ BAD_CONFIGS = [
     (dict(num_experts=8, top_k=2, logit_scale=1e-40), "logit_scale"),
     (dict(num_experts=8, top_k=2, softcap=1e39), "softcap"),
     (dict(num_experts=8, top_k=2, renorm_eps=1e39), "renorm_eps"),
+    # A review (2026-12-04): the shared weight's ratio below fp32's normal range (it came out 0); ints past the float
+    # range (a bare OverflowError); E + Z named as such (the messages called it num_experts).
+    (dict(num_experts=8, top_k=2, shared_expert_scale=1e-30, routed_scaling_factor=1e30), "shared_expert_scale /"),
+    (dict(num_experts=8, top_k=2, routed_scaling_factor=10**400), "routed_scaling_factor"),
+    (dict(num_experts=8, top_k=2, renorm_eps=10**400), "renorm_eps"),
+    (dict(num_experts=4, num_zero_experts=2, top_k=7), r"num_experts \+ num_zero_experts \(4 \+ 2 = 6\)"),
+    (dict(num_experts=4, num_zero_experts=2, top_k=1, n_group=4), r"num_experts \+ num_zero_experts"),
+    (dict(num_experts=8, top_k=2, group_score="sum"), "group_score"),
+    (dict(num_experts=8, top_k=2, renorm_eps_mode="mul"), "renorm_eps_mode"),
+    (dict(num_experts=8, top_k=2, renorm_p=0.0), "renorm_p"),
+    (dict(num_experts=8, top_k=2, renorm_p=float("nan")), "renorm_p"),
+]
+
+# A wrong type is a TypeError (README, docs/contract.md), naming the field.
+BAD_CONFIG_TYPES = [
+    (dict(num_experts=8.0, top_k=2), "num_experts"),
+    (dict(num_experts="8", top_k=2), "num_experts"),
+    (dict(num_experts=8, top_k=2, renormalize=1), "renormalize"),
     (dict(num_experts=8, top_k=2, weight_on_input=1), "weight_on_input"),
+    (dict(num_experts=8, top_k=2, routed_scaling_factor="2.5"), "routed_scaling_factor"),
+    (dict(num_experts=8, top_k=2, routed_scaling_factor=torch.tensor(2.5)), "routed_scaling_factor"),
+    (dict(num_experts=8, top_k=2, scoring=["sigmoid"]), "scoring"),
+    (dict(num_experts=8, top_k=2, group_fill=None), "group_fill"),
 ]
 
 
 @pytest.mark.parametrize("kwargs,name", BAD_CONFIGS)
 def test_bad_config_raises_naming_the_field(kwargs, name):
     with pytest.raises(ValueError, match=name):
+        RouterConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs,name", BAD_CONFIG_TYPES)
+def test_config_of_a_wrong_type_raises_type_error_naming_the_field(kwargs, name):
+    with pytest.raises(TypeError, match=name):
         RouterConfig(**kwargs)
 
 
@@ -65,6 +91,8 @@ def test_bad_layouts():
         ExpertPlacement((0, 1, 1), 3)
     with pytest.raises(ValueError, match=r"physical_to_logical\[1\]"):
         ExpertPlacement((0, 3), 3)
+    with pytest.raises(ValueError, match=r"physical_to_logical\[3\]"):  # below 0 too (a review: only 3 was tried)
+        ExpertPlacement((0, 1, 2, -1), 3)
 
 
 CFG = RouterConfig(num_experts=8, top_k=2, num_shared_experts=1)
@@ -128,6 +156,11 @@ def call(**kw):
         (dict(layer=-1), ValueError, "layer"),
         (dict(config=CFG.replace(routing="hash"), token_ids=torch.tensor([0, 2, 1, 0]),
               hash_table=torch.tensor([[3, 1], [2, 0]])), ValueError, "token_ids"),
+        # Below 0 as well as past the end (a review: a live -1 token id passed as padding unnoticed by the tests).
+        (dict(config=CFG.replace(routing="hash"), token_ids=torch.tensor([0, -1, 1, 0]),
+              hash_table=torch.tensor([[3, 1], [2, 0]])), ValueError, "token_ids"),
+        (dict(config=CFG.replace(routing="hash"), token_ids=torch.zeros(4, dtype=torch.long),
+              hash_table=torch.tensor([[-1, 0]])), ValueError, "hash_table"),
         (dict(config=CFG.replace(has_expert_scale=True)), ValueError, "expert_scale"),
         (dict(expert_scale=torch.ones(8)), ValueError, "expert_scale"),
         (dict(layout=ExpertLayout(placement=ExpertPlacement((0, 1, 2), 3))), ValueError, "placement"),
@@ -147,7 +180,13 @@ def test_bad_input_leaves_out_and_recorder_untouched():
     assert (out[0] == -5).all() and (out[1] == -7).all() and (rec.ids == -1).all()
 
 
-def test_hash_table_is_checked_once_and_again_after_an_inplace_change():
+def test_hash_table_is_checked_once_and_again_after_an_inplace_change(monkeypatch):
+    """The cache of checked tables, which only CUDA tables take, forced for CPU tables here (a review: a CPU table
+    is checked on every call, so without the patch the version comparison was never exercised)."""
+    import moegate._checks as checks
+
+    monkeypatch.setattr(checks, "_checks_once", lambda table: True)
+    monkeypatch.setattr(checks, "_CHECKED_TABLES", {})
     cfg = RouterConfig(num_experts=8, top_k=2, routing="hash")
     table = torch.tensor([[0, 1], [2, 3]])
     tids = torch.tensor([0, 1, 1, 0])
@@ -157,9 +196,14 @@ def test_hash_table_is_checked_once_and_again_after_an_inplace_change():
         call(config=cfg, token_ids=tids, hash_table=table)
 
 
-def test_hash_tables_made_under_inference_mode_route():
+def test_hash_tables_made_under_inference_mode_route(monkeypatch):
     """Engines load and run models under torch.inference_mode(): a table made there has no version counter, and
-    reading it raised RuntimeError. It is checked once (bad ids still raise) and routes."""
+    reading it raised RuntimeError. It is checked once (bad ids still raise) and routes. The cache that reads the
+    counter takes CUDA tables only; the patch sends these CPU tables through it (a review: they never reached it)."""
+    import moegate._checks as checks
+
+    monkeypatch.setattr(checks, "_checks_once", lambda table: True)
+    monkeypatch.setattr(checks, "_CHECKED_TABLES", {})
     cfg = RouterConfig(num_experts=8, top_k=2, routing="hash")
     tids = torch.tensor([0, 1, 1, 0])
     with torch.inference_mode():
@@ -262,10 +306,15 @@ def test_padded_rows_may_hold_any_token_id():
     assert ids[:2].tolist() == [[3, 1], [2, 0]] and (ids[2:] == -1).all()
 
 
-def test_zero_experts_need_the_default_layout():
-    cfg = RouterConfig(num_experts=6, top_k=2, num_zero_experts=2)
+@pytest.mark.parametrize("layout", [ExpertLayout(ep_size=2), ExpertLayout(shared_slots="global"),
+                                    ExpertLayout(shared_slots="per_rank"),
+                                    ExpertLayout(placement=ExpertPlacement(tuple(range(6)) + (0, 1), 6))])
+def test_zero_experts_refuse_placement_ranks_and_shared_columns(layout):
+    """Every part of the rule (a review: only ep_size > 1 was tried; without the shared-column check a shared
+    column's id 6 was zero expert 6's)."""
+    cfg = RouterConfig(num_experts=6, top_k=2, num_zero_experts=2, num_shared_experts=1)
     with pytest.raises(ValueError, match="num_zero_experts"):
-        route(torch.randn(3, 8), cfg, ExpertLayout(ep_size=2), backend="reference")
+        route(torch.randn(3, 8), cfg, layout, backend="reference")
 
 
 def test_interpreter_switched_on_after_import_is_a_value_error():
@@ -393,3 +442,35 @@ def test_cpu_bias_and_expert_scale_values_are_checked():
             route(torch.randn(3, 8), c, expert_scale=es)
     w, _ = route(torch.randn(3, 8), c, expert_scale=torch.zeros(8))  # a zero scale is allowed: weights 0
     assert (w == 0).all()
+
+
+def test_synthetic_inputs_refuse_seeds_dtypes_and_skews_they_cannot_honour():
+    """A review (2026-12-04): torch's CPU generator keeps 32 bits of a seed (seed 2**32 repeated seed 0), an int
+    dtype was accepted, and a skew past the dtype's range made +-inf logits (outside the contract's domain)."""
+    from moegate.synthetic import SEED_MAX, synthetic_logits
+
+    synthetic_logits(2, 4, seed=SEED_MAX)
+    with pytest.raises(ValueError, match="seed"):
+        synthetic_logits(2, 4, seed=SEED_MAX + 1)
+    with pytest.raises(TypeError, match="dtype"):
+        synthetic_logits(2, 4, dtype=torch.int32)
+    for skew, dtype in ((1e39, torch.float32), (1e6, torch.float16), (10**400, torch.float32)):
+        with pytest.raises(ValueError, match="skew"):
+            synthetic_logits(8, 16, skew=skew, dtype=dtype)
+    with pytest.raises(TypeError, match="skew"):
+        synthetic_logits(2, 4, skew="1")
+    assert torch.isfinite(synthetic_logits(8, 16, skew=1e3, dtype=torch.float16)).all()
+
+
+def test_zero_experts_take_layouts_without_shared_columns():
+    """Zero experts need no placement, one rank and no shared columns (docs/contract.md): shared_slots='global' or
+    'per_rank' with num_shared_experts=0 adds no column and routes as the default layout (a review: refused)."""
+    c = RouterConfig(num_experts=8, top_k=3, num_zero_experts=4)
+    x = torch.randn(5, 12)
+    want = route(x, c, backend="reference")
+    for layout in (ExpertLayout(shared_slots="global"), ExpertLayout(shared_slots="per_rank", scale="on_output")):
+        got = route(x, c, layout, backend="reference")
+        assert torch.equal(got.ids, want.ids) and torch.equal(got.weights, want.weights)
+    for layout, S in ((ExpertLayout(shared_slots="global"), 1), (ExpertLayout(ep_size=2), 0)):
+        with pytest.raises(ValueError, match="num_zero_experts"):
+            route(x, c.replace(num_shared_experts=S), layout, backend="reference")

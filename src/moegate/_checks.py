@@ -1,7 +1,7 @@
 """Validation of user input, in one place.
 
-Every function raises ``ValueError`` (``TypeError`` for dtypes) whose message names the argument, the
-value it got and the range it allows. Nothing here synchronises with a device: values that live on a
+Every function raises ``ValueError`` (``TypeError`` for a wrong type or dtype) whose message names the argument,
+the value it got and the range it allows. Nothing here synchronises with a device: values that live on a
 GPU are checked only where docs/contract.md says so (hash tables, once per CUDA table, on the host).
 """
 
@@ -21,7 +21,7 @@ INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 def _check_int(name: str, value, low: int | None = None, high: int | None = None) -> None:
     """An int (not a bool) in [low, high]."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     if low is not None and value < low:
         raise ValueError(f"{name} must be >= {low}, got {value}")
     if high is not None and value > high:
@@ -34,22 +34,32 @@ FP32_MAX = 3.4028234663852886e38
 FP32_TINY = 1.1754943508222875e-38  # the smallest normal fp32
 
 
-def _check_positive_float(name: str, value) -> None:
+def _as_float(name: str, value) -> float:
+    """A Python int or float (not a bool) as a float; an int past the float range is inf (then out of range)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a float, got {value!r}")
+        raise TypeError(f"{name} must be a float, got {value!r} ({type(value).__name__})")
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _check_positive_float(name: str, value) -> None:
+    value = _as_float(name, value)
     if not math.isfinite(value) or not FP32_TINY <= value <= FP32_MAX:
         raise ValueError(f"{name} must be a normal fp32 number > 0 (in [{FP32_TINY:.4g}, {FP32_MAX:.4g}]), "
                          f"got {value}")
 
 
 def _check_nonnegative_float(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a float, got {value!r}")
+    value = _as_float(name, value)
     if not math.isfinite(value) or not 0 <= value <= FP32_MAX:
         raise ValueError(f"{name} must be finite in fp32 and >= 0 (at most {FP32_MAX:.4g}), got {value}")
 
 
 def _check_choice(name: str, value, choices: Sequence[str]) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, one of {tuple(choices)}, got {value!r} ({type(value).__name__})")
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
 

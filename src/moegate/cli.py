@@ -804,8 +804,8 @@ def check_capture(path: str, config: RouterConfig | None = None, max_listed: int
         E = rec.num_experts if config is None else config.num_scored
         real = E if config is None else config.num_experts  # zero-computation experts (ids >= E real) hold no load
         K = int(meta.get("top_k", rec.top_k)) if config is None else config.top_k
-    except (ValueError, KeyError) as exc:
-        reason = str(exc) if isinstance(exc, ValueError) else f"{path}: the metadata lacks {exc}"
+    except (ValueError, TypeError, KeyError) as exc:
+        reason = f"{path}: the metadata lacks {exc}" if isinstance(exc, KeyError) else str(exc)
         summary.update(violations=1, first=[reason])
         return summary
     summary.update(num_experts=E, top_k=K, source="metadata" if config is None else "config",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from moegate._checks import (
     FP32_MAX,
+    FP32_TINY,
     _check_choice,
     _check_int,
     _check_nonnegative_float,
@@ -74,7 +75,8 @@ class RouterConfig:
         scale="on_output", where the caller multiplies the whole output by rsf).
     num_zero_experts : int
         Z identity ("zero") experts scored and selected together with the E real ones (LongCat-Flash):
-        logits are [T, E + Z] and ids E .. E+Z-1 name the zero experts. They need the default layout.
+        logits are [T, E + Z] and ids E .. E+Z-1 name the zero experts. They need a layout without placement, on one
+        rank and without shared columns (``scale`` is free).
     weight_on_input : bool
         Where the model applies a routed weight: to the selected expert's input (Llama4: ``expert(h * w)``)
         rather than to its output (``w * expert(h)``, every other family). The weights route() returns are the
@@ -136,7 +138,7 @@ def _check_router_config(c: RouterConfig) -> None:
     _check_choice("renorm_eps_mode", c.renorm_eps_mode, RENORM_EPS_MODES)
     for name in ("has_correction_bias", "renormalize", "has_expert_scale", "weight_on_input"):
         if not isinstance(getattr(c, name), bool):
-            raise ValueError(f"{name} must be a bool, got {getattr(c, name)!r}")
+            raise TypeError(f"{name} must be a bool, got {getattr(c, name)!r}")
     _check_positive_float("logit_scale", c.logit_scale)
     if c.softcap is not None:
         _check_positive_float("softcap", c.softcap)
@@ -145,29 +147,33 @@ def _check_router_config(c: RouterConfig) -> None:
     _check_positive_float("routed_scaling_factor", c.routed_scaling_factor)
     _check_int("num_shared_experts", c.num_shared_experts, 0)
     _check_positive_float("shared_expert_scale", c.shared_expert_scale)
-    if c.shared_expert_scale / c.routed_scaling_factor > FP32_MAX:
+    if not FP32_TINY <= c.shared_expert_scale / c.routed_scaling_factor <= FP32_MAX:
         raise ValueError(
-            f"shared_expert_scale / routed_scaling_factor (the shared weight with scale='on_output') must be finite "
-            f"in fp32, got {c.shared_expert_scale} / {c.routed_scaling_factor}"
+            f"shared_expert_scale / routed_scaling_factor (the shared weight with scale='on_output') must be a "
+            f"normal fp32 number (in [{FP32_TINY:.4g}, {FP32_MAX:.4g}]), got {c.shared_expert_scale} / "
+            f"{c.routed_scaling_factor}"
         )
 
     width = c.num_scored
+    # E + Z, spelled out where there are zero experts
+    what = f"num_experts ({width})" if not c.num_zero_experts else (
+        f"num_experts + num_zero_experts ({c.num_experts} + {c.num_zero_experts} = {width})")
     if c.top_k > width:
-        raise ValueError(f"top_k must be <= num_experts ({width}), got top_k={c.top_k}")
+        raise ValueError(f"top_k must be <= {what}, got top_k={c.top_k}")
     _check_int("n_group", c.n_group, 1)
     _check_int("topk_group", c.topk_group, 1, c.n_group)
     if width % c.n_group != 0:
-        raise ValueError(f"num_experts ({width}) must be divisible by n_group, got n_group={c.n_group}")
+        raise ValueError(f"{what} must be divisible by n_group, got n_group={c.n_group}")
     if c.n_group > 1:
         group_size = width // c.n_group
         if c.group_score == "top2_sum" and group_size < 2:
             raise ValueError(
-                f"group_score='top2_sum' needs at least 2 experts per group, got num_experts={width} "
+                f"group_score='top2_sum' needs at least 2 experts per group, got {what} "
                 f"in n_group={c.n_group} groups of {group_size}"
             )
         if c.top_k > c.topk_group * group_size:
             raise ValueError(
-                f"top_k must be <= topk_group * num_experts / n_group = {c.topk_group * group_size}, "
+                f"top_k must be <= topk_group * {what.split(' (')[0]} / n_group = {c.topk_group * group_size}, "
                 f"got top_k={c.top_k}"
             )
     if c.has_expert_scale and c.num_zero_experts:

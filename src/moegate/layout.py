@@ -170,10 +170,10 @@ def _check_layout_for(layout: ExpertLayout, config) -> None:
         )
     if layout.ep_size > 1 and P % layout.ep_size:
         raise ValueError(f"P={P} physical routed slots must be divisible by ep_size={layout.ep_size}")
-    if config.num_zero_experts and not layout.is_default and (
-        layout.placement is not None or layout.ep_size > 1 or layout.shared_slots != "none"
+    if config.num_zero_experts and (
+        layout.placement is not None or layout.ep_size > 1 or layout.num_shared_columns(config.num_shared_experts)
     ):
         raise ValueError(
-            f"num_zero_experts={config.num_zero_experts} needs the default layout (no placement, ep_size=1, "
-            f"shared_slots='none'), got {layout}"
+            f"num_zero_experts={config.num_zero_experts} needs a layout without placement, on one rank (ep_size=1) "
+            f"and without shared columns (shared_slots='none' or num_shared_experts=0), got {layout}"
         )

@@ -9,7 +9,9 @@ model-router tests check.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from moegate.config import RouterConfig
 from moegate.hf import from_hf_config
@@ -21,7 +23,12 @@ class Preset:
 
     name: str
     source: str  # the Hub repository whose config.json these values come from
-    hf_config: dict = field(repr=False)
+    _hf_config: dict = field(repr=False, hash=False)
+
+    @property
+    def hf_config(self) -> dict:
+        """The model's config.json keys, a fresh copy (safe to modify: the preset keeps its own)."""
+        return copy.deepcopy(self._hf_config)
 
 
 def _p(name: str, source: str, **hf_config) -> Preset:
@@ -162,7 +169,8 @@ _PRESET_LIST = [
        expert_layer_period=2, expert_layer_offset=1),
 ]
 
-PRESETS: dict[str, Preset] = {p.name: p for p in _PRESET_LIST}
+# Read-only: preset() builds from a copy of hf_config, so nothing a caller does to these changes a later preset().
+PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in _PRESET_LIST})
 
 DEFAULT_PRESET = "deepseek-v3"
 
@@ -181,7 +189,7 @@ def _get(name: str) -> Preset:
 
 def preset_hf_config(name: str) -> dict:
     """The model's config.json keys (a fresh copy, safe to modify). Raises ValueError for an unknown name."""
-    return copy.deepcopy(_get(name).hf_config)
+    return _get(name).hf_config
 
 
 def preset_source(name: str) -> str:
@@ -194,4 +202,4 @@ def preset(name: str) -> RouterConfig:
 
     Raises ValueError listing the known names when ``name`` is not one of them (exact match only).
     """
-    return from_hf_config(_get(name).hf_config)
+    return from_hf_config(preset_hf_config(name))

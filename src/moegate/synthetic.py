@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from moegate._checks import _check_int
+from moegate._checks import FLOAT_DTYPES, _check_int
 from moegate.config import RouterConfig
 
 BLOCK_ROWS = 1024
@@ -39,16 +39,21 @@ def _generator(seed: int, stream: int, block: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(mixed)
 
 
+SEED_MAX = 2**32 - 1  # torch's CPU generator keeps 32 bits of a seed: larger seeds would repeat smaller ones
+
+
 def _check_seed_skew(seed, skew) -> None:
-    _check_int("seed", seed, 0)
-    if isinstance(skew, bool) or not isinstance(skew, (int, float)) or not math.isfinite(skew) or skew < 0:
+    _check_int("seed", seed, 0, SEED_MAX)
+    if isinstance(skew, bool) or not isinstance(skew, (int, float)):
+        raise TypeError(f"skew must be a float, got {skew!r} ({type(skew).__name__})")
+    if not math.isfinite(float(skew) if abs(skew) < 1e308 else math.inf) or skew < 0:
         raise ValueError(f"skew must be a finite float >= 0, got {skew!r}")
 
 
 def expert_popularity(num_experts: int, seed: int = 0) -> torch.Tensor:
     """The popularity profile [E] float32 (mean 0) that ``skew`` multiplies; larger is hotter."""
     _check_int("num_experts", num_experts, 1)
-    _check_int("seed", seed, 0)
+    _check_int("seed", seed, 0, SEED_MAX)
     rank = torch.randperm(num_experts, generator=_generator(seed, _STREAM_POPULARITY))  # [E] rank of expert e
     profile = -POPULARITY_SLOPE * torch.log1p(rank.double())  # [E]
     return (profile - profile.mean()).float()
@@ -86,10 +91,11 @@ def synthetic_logits(
         T, rows.
     num_experts : int >= 1
         E, the width of the logits (pass ``config.num_scored`` for configs with zero experts).
-    seed : int >= 0
+    seed : int in [0, 2**32)
         Same seed, same numbers, on every device and for every chunking.
     skew : float >= 0
-        How strongly expert popularity shows: 0 is uniform noise, 1 is a realistic unbalanced router.
+        How strongly expert popularity shows: 0 is uniform noise, 1 is a realistic unbalanced router. A skew whose
+        logits overflow ``dtype`` is a ValueError.
     offset : int >= 0
         First row of the seeded stream: ``synthetic_logits(T, E, offset=o) == synthetic_logits(o + T, E)[o:]``.
     dtype, device : the returned tensor's (generated in fp32 on the CPU, then cast and moved).
@@ -98,23 +104,27 @@ def synthetic_logits(
     _check_int("num_experts", num_experts, 1)
     _check_int("offset", offset, 0)
     _check_seed_skew(seed, skew)
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"dtype must be float32, float16 or bfloat16, got {dtype}")
     noise = _rows(num_tokens, offset, seed, _STREAM_NOISE,
                   lambda g, n: torch.randn(n, num_experts, generator=g))  # [T, E]
-    logits = noise + skew * expert_popularity(num_experts, seed)  # [T, E]
-    return logits.to(device=device, dtype=dtype)
+    logits = (noise + skew * expert_popularity(num_experts, seed)).to(dtype)  # [T, E], on the CPU
+    if not bool(torch.isfinite(logits).all()):
+        raise ValueError(f"skew={skew!r} makes logits that overflow {dtype}: take a smaller skew")
+    return logits.to(device=device)
 
 
 def synthetic_bias(num_experts: int, seed: int = 0, *, device: torch.device | str = "cpu") -> torch.Tensor:
     """A small correction bias [E] float32 (normal, std 0.01), as noaux_tc configs need."""
     _check_int("num_experts", num_experts, 1)
-    _check_int("seed", seed, 0)
+    _check_int("seed", seed, 0, SEED_MAX)
     return (0.01 * torch.randn(num_experts, generator=_generator(seed, _STREAM_BIAS))).to(device)
 
 
 def synthetic_expert_scale(num_experts: int, seed: int = 0, *, device: torch.device | str = "cpu") -> torch.Tensor:
     """A per-expert scale [E] float32 near 1 (1 + 0.05 * normal, kept > 0), as has_expert_scale configs need."""
     _check_int("num_experts", num_experts, 1)
-    _check_int("seed", seed, 0)
+    _check_int("seed", seed, 0, SEED_MAX)
     scale = 1.0 + 0.05 * torch.randn(num_experts, generator=_generator(seed, _STREAM_SCALE))
     return scale.clamp(min=0.5).to(device)
 
@@ -126,7 +136,7 @@ def synthetic_hash_table(
     _check_int("num_experts", num_experts, 1)
     _check_int("top_k", top_k, 1, num_experts)
     _check_int("vocab", vocab, 1)
-    _check_int("seed", seed, 0)
+    _check_int("seed", seed, 0, SEED_MAX)
     keys = torch.rand(vocab, num_experts, generator=_generator(seed, _STREAM_HASH))  # [vocab, E]
     return keys.argsort(dim=1)[:, :top_k].to(device=device, dtype=torch.int32)  # [vocab, K]
 
@@ -138,7 +148,7 @@ def synthetic_token_ids(
     _check_int("num_tokens", num_tokens, 0)
     _check_int("vocab", vocab, 1)
     _check_int("offset", offset, 0)
-    _check_int("seed", seed, 0)
+    _check_int("seed", seed, 0, SEED_MAX)
     ids = _rows(num_tokens, offset, seed, _STREAM_TOKENS,
                 lambda g, n: torch.randint(0, vocab, (n,), generator=g))  # [T]
     return ids.to(device)

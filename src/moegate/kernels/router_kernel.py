@@ -79,15 +79,20 @@ FP32_TINY = tl.constexpr(1.1754943508222875e-38)  # 2**-126, fp32's smallest nor
 
 @triton.jit
 def _exp(x, ACCURATE: tl.constexpr):
-    """exp(x) with results below 2**-126 flushed to 0 (the contract, step 2). libdevice is linked with
-    flush-to-zero, so on the GPU its exp does that itself; the interpreter's numpy keeps subnormals and is flushed
-    here, so that the CPU lane computes what the GPU does."""
     if ACCURATE:
         y = libdevice.exp(x)
     else:
         y = tl.exp(x)
-        y = tl.where(y < FP32_TINY, 0.0, y)
     return y
+
+
+@triton.jit
+def _exp_score(x, ACCURATE: tl.constexpr):
+    """exp(x) where it becomes a score or a weight (softmax's exp(x - max), softplus's exp(x)): results below
+    2**-126 are 0 (the contract, step 2), a compare and a select. libdevice's exp returns subnormals (H200 run 120),
+    and so does numpy's; row sums and sigmoid's 1 + exp(-x), which a subnormal cannot change, take _exp."""
+    y = _exp(x, ACCURATE)
+    return tl.where(y < FP32_TINY, 0.0, y)
 
 
 @triton.jit
@@ -182,12 +187,12 @@ def _load_bias(bias_ptr, col2, bias_stride, ok2):
 def _score(x, row_max, row_sum, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
     """Step 2 on fp32 logits whose dead entries (NaN, -inf) are already -inf: they all score 0."""
     if SCORING == 0:
-        e = _exp(x - row_max, ACCURATE)
+        e = _exp_score(x - row_max, ACCURATE)
         s = tl.where(row_sum > 0, _div(e, row_sum), 0.0)
     elif SCORING == 1:
         s = _div(tl.full(x.shape, 1.0, tl.float32), 1.0 + _exp(-x, ACCURATE))
     else:
-        softplus = tl.where(x > 20.0, x, _log1p(_exp(tl.minimum(x, 20.0), ACCURATE), ACCURATE))
+        softplus = tl.where(x > 20.0, x, _log1p(_exp_score(tl.minimum(x, 20.0), ACCURATE), ACCURATE))
         s = tl.sqrt_rn(softplus)
     return s
 
@@ -873,7 +878,7 @@ def _thread_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scal
             xs, row_max = _thread_dead(xs, E, SCORING)
             ids_k, xk, row_sum = _thread_exact(xs, row_max, bias_ptr, bias_stride, kc, E, K, BLOCK_M, BLOCK_KC,
                                                SCORING, SELECT_LOGITS, HAS_BIAS, ACCURATE)
-            w_k = _exp(xk - row_max[:, None], ACCURATE)
+            w_k = _exp_score(xk - row_max[:, None], ACCURATE)
     else:
         redo = tl.max(row_ok.to(tl.int32), axis=0) * 0  # the exact keys are the only path: nothing redone
         xs, row_max = _thread_dead(xs, E, SCORING)
@@ -1680,7 +1685,7 @@ def _route_kernel(
         elif LOGIT_KEYS:
             # exp(x - m) / S renormalized is exp(x - m) renormalized: S cancels up to rounding (a few ulp),
             # and the launcher takes this path only where renorm_eps is below an ulp of the sum.
-            w = _exp(xk - e_max, ACCURATE)
+            w = _exp_score(xk - e_max, ACCURATE)  # winners of redone rows may lie 87 or more below the max
         else:
             # Columns past K (and padded rows) score a logit of 0 before the mask below: their -inf made the IEEE
             # division's operands special (1 / inf), which sends the whole warp down its slow path on every row
