@@ -362,14 +362,26 @@ def test_nan_and_neg_inf_rows():
 @pytest.mark.parametrize("T", [4, 37])
 @pytest.mark.parametrize("scoring,renormalize", [("sqrtsoftplus", False), ("sqrtsoftplus", True),
                                                  ("softmax", True), ("softmax", False), ("sigmoid", False)])
-def test_exponentials_below_the_normal_range_are_zero(scoring, renormalize, T):
+@pytest.mark.parametrize("path", ["warps", "thread", "split"])
+def test_exponentials_below_the_normal_range_are_zero(scoring, renormalize, T, path, monkeypatch):
     """Step 2's flush (docs/contract.md): exp results below 2**-126 are 0. Row 0 has three experts that score in
     fp32's normal range, three more whose exp is subnormal (distinct values before the rule: the higher ids the
     larger) and the rest lower still; top-8 takes the three, then the lowest ids among the flushed, with weight 0.
     On the GPU libdevice's flush-to-zero exp computes that; under the interpreter the kernel flushes numpy's
     subnormals itself. Sigmoid, whose tiny scores come from a division, keeps its subnormals (and so its order).
-    T = 4 takes DeepSeek-V4's fast sqrt-softplus keys on the GPU (T <= 32), T = 37 the exact ones."""
+    T = 4 takes DeepSeek-V4's fast sqrt-softplus keys on the GPU (T <= 32), T = 37 the exact ones. The same rows
+    one a thread (8 experts: the thread rows' exact path) and split over 4 threads (their 64-bit exact path)."""
+    import moegate.kernels.router as kr
+
     E, K = (256 if FULL else 16), 8
+    if path == "thread":
+        E, K = 8, 6
+        monkeypatch.setattr(kr, "thread_rows_override", True)
+    elif path == "split":
+        monkeypatch.setattr(kr, "split_rows_override", 4)
+    else:
+        monkeypatch.setattr(kr, "thread_rows_override", False)
+        monkeypatch.setattr(kr, "split_rows_override", 0)
     config = RouterConfig(E, K, scoring=scoring, renormalize=renormalize)
     g = torch.Generator().manual_seed(5)
     logits = torch.randn(T, E, generator=g) * 2
@@ -389,10 +401,10 @@ def test_exponentials_below_the_normal_range_are_zero(scoring, renormalize, T):
     got, want = run_both(logits, config)
     top = [E - 1, E - 2, E - 3]
     if scoring == "sigmoid":
-        assert got.ids[0].tolist() == top + [E - 4, E - 5, E - 6, 0, 1]
+        assert got.ids[0].tolist() == top + [E - 4, E - 5, E - 6, 0, 1][: K - 3]
         assert (got.weights[0, :6] > 0).all()
     else:
-        assert got.ids[0].tolist() == top + [0, 1, 2, 3, 4]
+        assert got.ids[0].tolist() == top + list(range(K - 3))
         assert (got.weights[0, :3] > 0).all() and (got.weights[0, 3:] == 0).all()
         if scoring == "sqrtsoftplus":
             assert got.ids[T - 1].tolist() == list(range(K)) and (got.weights[T - 1] == 0).all()
@@ -1532,23 +1544,24 @@ def test_kept_only_routes_bit_for_bit_like_all_lanes(monkeypatch):
 
 def test_register_cap_where_the_launcher_sets_it(monkeypatch):
     """ptxas's register cap: for rows of 1024 lanes and more (one a program, several warps) 56 from T = 2049, 64
-    from T = 257, none below; 64 for one-warp rows on fast sigmoid keys and for split rows on 8 threads in one-warp
-    programs (Qwen3 at T = 8192-16383), none elsewhere; maxnreg_override wins (0: none)."""
+    from T = 257, none below; 64 for one-warp rows on fast sigmoid keys, for split rows on 8 threads in one-warp
+    programs (Qwen3 at T = 8192-16383) and for two-warp split rows (from T = 16384: the exact path's softmax flush
+    took them to 93 registers uncapped), none elsewhere; maxnreg_override wins (0: none)."""
     import moegate.kernels.router as kr
 
     wide = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
     for T, cap in ((1, None), (256, None), (257, 64), (2048, 64), (2049, 56), (65536, 56)):
         seen = _launch_kwargs(torch.empty(T, 896), wide, bias=torch.zeros(896))
         assert seen["num_warps"] > 1 and seen["BLOCK_M"] == 1 and seen.get("maxnreg") == cap, T
-    for T, cfg in ((65536, RouterConfig(128, 8, scoring="softmax", renormalize=True)),  # split rows
-                   (65536, RouterConfig(8, 2, scoring="softmax", renormalize=True)),  # one row a thread
+    for T, cfg in ((65536, RouterConfig(8, 2, scoring="softmax", renormalize=True)),  # one row a thread
                    (65536, RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)),  # 64 already
                    (4096, RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True))):
         seen = _launch_kwargs(torch.empty(T, cfg.num_experts), cfg,
                               **({"bias": torch.zeros(cfg.num_experts)} if cfg.has_correction_bias else {}))
         assert "maxnreg" not in seen, (T, cfg.num_experts)
     qwen3 = RouterConfig(128, 8, scoring="softmax", renormalize=True)
-    for T, split, cap in ((4096, 16, None), (8191, 16, None), (8192, 8, 64), (16383, 8, 64), (16384, 8, None)):
+    for T, split, cap in ((4096, 16, None), (8191, 16, None), (8192, 8, 64), (16383, 8, 64), (16384, 8, 64),
+                          (65536, 8, 64)):
         seen = _launch_kwargs(torch.empty(T, 128), qwen3)
         assert seen["SPLIT_ROWS"] == split and seen.get("maxnreg") == cap, T
         assert seen["num_warps"] == (1 if T < 16384 else 2), T

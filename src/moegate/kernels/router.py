@@ -153,8 +153,10 @@ WIDE_ROW_MAX_REGISTERS = 56  # rows of 1024 lanes and more, one a program of sev
 WIDE_ROW_MID_MAX_REGISTERS = 64  # ... 256 < T <= 2048 (none below)
 # Split rows on 8 threads in one-warp programs (Qwen3 at T = 8192-16383): 72 registers (28 warps an SM), 64 under the
 # cap with no spill (32 warps, the one-warp limit). H200, the same launches capped / uncapped: run 49 T=8192 4.31 vs
-# 4.49 us; run 53 T=8192 4.34 vs 4.38, T=12288 4.88 vs 5.01. (Two-warp split rows, from T = 16384, already take 64.)
-SPLIT_ONE_WARP_MAX_REGISTERS = 64
+# 4.49 us; run 53 T=8192 4.34 vs 4.38, T=12288 4.88 vs 5.01. Two-warp split rows (from T = 16384) took 64 uncapped
+# until the exact path's softmax flush (contract step 2; 2026-12-04), which took them to 93 (20 warps an SM) and
+# Qwen3 at T = 65536 from 18.05 to 20.53 us (H200 run 121); capped at 64 they spill nothing and keep 32 warps.
+SPLIT_MAX_REGISTERS = 64
 # Weights from the tile only where a thread holds one lane of it (Mixtral's 8 experts, 4 rows a warp):
 # H200 run 4 (BENCHMARKS.md), T=1: Mixtral 1.77 us from the tile vs 2.09 from the gather, but every
 # wider row slower from the tile (DeepSeek-V3 3.36 vs 2.19, Kimi-K2 4.56 vs 2.47, 896 experts 5.73 vs
@@ -384,11 +386,11 @@ def _dist_shift(lane_bits: int, top_k: int) -> int:
 def _register_cap(num_tokens: int, lanes: int, block_m: int, num_warps: int, approx_sigmoid_keys: bool,
                   split: int = 0) -> int:
     """ptxas's register cap for a launch (0: none; see WIDE_ROW_MAX_REGISTERS, APPROX_KEYS_MAX_REGISTERS and
-    SPLIT_ONE_WARP_MAX_REGISTERS)."""
+    SPLIT_MAX_REGISTERS)."""
     if maxnreg_override is not None:
         return maxnreg_override
     if split:
-        return SPLIT_ONE_WARP_MAX_REGISTERS if split == 8 and num_warps == 1 else 0
+        return SPLIT_MAX_REGISTERS if split == 8 or num_warps >= 2 else 0
     if block_m == 1 and lanes >= APPROX_KEYS_MIN_LANES and num_warps > 1 and num_tokens > 256:
         return WIDE_ROW_MAX_REGISTERS if num_tokens > 2048 else WIDE_ROW_MID_MAX_REGISTERS
     if block_m == 1 and num_warps == 1 and approx_sigmoid_keys:
