@@ -370,15 +370,16 @@ def test_exponentials_below_the_normal_range_are_zero(scoring, renormalize, T, p
     On the GPU libdevice's flush-to-zero exp computes that; under the interpreter the kernel flushes numpy's
     subnormals itself. Sigmoid, whose tiny scores come from a division, keeps its subnormals (and so its order).
     T = 4 takes DeepSeek-V4's fast sqrt-softplus keys on the GPU (T <= 32), T = 37 the exact ones. The same rows
-    one a thread (8 experts: the thread rows' exact path) and split over 4 threads (their 64-bit exact path)."""
+    one a thread (8 experts: the thread rows' exact path) and split over threads (their 64-bit exact path)."""
     import moegate.kernels.router as kr
 
     E, K = (256 if FULL else 16), 8
     if path == "thread":
         E, K = 8, 6
         monkeypatch.setattr(kr, "thread_rows_override", True)
-    elif path == "split":
-        monkeypatch.setattr(kr, "split_rows_override", 4)
+    elif path == "split":  # at most 32 columns a thread
+        E = 128 if FULL else 16
+        monkeypatch.setattr(kr, "split_rows_override", 8 if FULL else 4)
     else:
         monkeypatch.setattr(kr, "thread_rows_override", False)
         monkeypatch.setattr(kr, "split_rows_override", 0)
