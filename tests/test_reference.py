@@ -484,3 +484,137 @@ def test_checker_review_groups_replicas_zero_fill_and_arguments():
         check_routing(hw, hids, h, token_ids=tid.float() + 0.9, hash_table=table)
     with pytest.raises(ValueError, match="hash_table"):
         check_routing(hw, hids, h, token_ids=tid, hash_table=table[:, :1])
+
+
+# A mutation review (2026-12-04): each test below fails under a bug that every test above let through (softmax not
+# max-subtracted, logits selection on raw logits, the p-norm's rescaling, the zero-denominator guards; the checker's
+# live -1 ids, a shared weight too large, the sum rule without logits, a near-tie tolerance 1000x too loose, weights
+# exchanged between columns, more tied groups than topk_group, near-tied sets with scale="on_output").
+
+
+def test_softmax_is_max_subtracted():
+    cfg = RouterConfig(num_experts=3, top_k=2, renorm_eps=0.0)
+    w, ids = r([[100.0, 99.0, 0.0]], cfg)
+    assert ids.tolist() == [[0, 1]]
+    assert w[0].tolist() == pytest.approx([1 / (1 + math.exp(-1)), 1 / (1 + math.e)], rel=1e-6)
+    w, _ = r([[100.0, 99.0, 0.0]], cfg.replace(renormalize=False))
+    assert torch.isfinite(w).all() and float(w.sum()) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_selection_on_logits_uses_step1_logits_with_bias():
+    cfg = RouterConfig(num_experts=2, top_k=1, scoring="sigmoid", selection="logits", has_correction_bias=True,
+                       renormalize=False, logit_scale=2.0)
+    bias = torch.tensor([0.0, 1.5])
+    _, ids = r([[1.0, 0.0]], cfg, bias=bias)  # keys 2.0 + 0 vs 0 + 1.5 (raw logits would give 1.0 vs 1.5)
+    assert ids.tolist() == [[0]]
+    capped = RouterConfig(num_experts=2, top_k=1, scoring="sigmoid", selection="logits", has_correction_bias=True,
+                          renormalize=False, softcap=1.0)
+    _, ids = r([[3.0, 0.0]], capped, bias=torch.tensor([0.0, 1.5]))  # tanh(3) = 0.995 < 1.5 (raw: 3.0 > 1.5)
+    assert ids.tolist() == [[1]]
+
+
+def test_p_norm_of_tiny_weights_does_not_underflow():
+    cfg = RouterConfig(num_experts=3, top_k=2, scoring="sigmoid", renorm_eps=0.0, renorm_p=3.0)
+    w, _ = r([[-46.0, -46.0, -60.0]], cfg)  # sigmoid ~1e-20: w**3 ~1e-60 underflows fp32
+    assert w[0].tolist() == pytest.approx([2 ** (-1 / 3)] * 2, rel=1e-5)
+    w, _ = r([[20.0, -69.0, -80.0]], cfg.replace(renorm_p=2.0))  # m must be the largest weight: 1 / 1e-30 overflows
+    assert float(w[0, 0]) == pytest.approx(1.0, rel=1e-6) and float(w[0, 1]) == pytest.approx(math.exp(-69), rel=1e-4)
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0])
+def test_all_nan_row_with_zero_eps_has_zero_weights_not_nan(p):
+    cfg = RouterConfig(num_experts=4, top_k=2, renorm_eps=0.0, renorm_p=p)
+    w, ids = r([[NAN] * 4], cfg)
+    assert ids.tolist() == [[0, 1]] and w.tolist() == [[0.0, 0.0]]
+    assert check_routing(w, ids, cfg, logits=torch.full((1, 4), NAN)) == []
+
+
+def test_checker_flags_a_minus_one_in_a_live_row():
+    cfg = RouterConfig(8, 2, scoring="sigmoid")
+    x = torch.tensor([[0.0, 3.0, 1.0, 2.0, -1.0, 0.5, -2.0, 2.5]])
+    w, ids = route(x, cfg, backend="reference")
+    bad = ids.clone()
+    bad[0, 1] = -1  # a live row written as half padding
+    for kw in ({}, {"logits": x}):
+        assert "id range" in {v.what for v in check_routing(w, bad, cfg, **kw)}
+
+
+@pytest.mark.parametrize("value", [0.4, 2.5])
+def test_checker_flags_a_shared_weight_too_large_or_too_small(value):
+    cfg = RouterConfig(8, 2, scoring="sigmoid", num_shared_experts=1, routed_scaling_factor=2.5)
+    layout = ExpertLayout(shared_slots="global")
+    x = torch.tensor([[0.0, 3.0, 1.0, 2.0, -1.0, 0.5, -2.0, 2.5]])
+    w, ids = route(x, cfg, layout, backend="reference")
+    assert float(w[0, 2]) == 1.0
+    bad = w.clone()
+    bad[0, 2] = value  # 2.5: rsf folded into the shared column too
+    assert {v.what for v in check_routing(bad, ids, cfg, layout)} == {"shared weight"}
+
+
+def test_checker_without_logits_flags_a_short_sum_and_passes_an_all_zero_row():
+    cfg = RouterConfig(8, 2, scoring="sigmoid")
+    x = torch.tensor([[0.0, 3.0, 1.0, 2.0, -1.0, 0.5, -2.0, 2.5]])
+    w, ids = route(x, cfg, backend="reference")
+    assert {v.what for v in check_routing(w * 0.87, ids, cfg)} == {"renormalize"}
+    nan = torch.full((1, 8), NAN)
+    w, ids = route(nan, cfg, backend="reference")
+    assert w.tolist() == [[0.0, 0.0]] and check_routing(w, ids, cfg) == []
+
+
+def test_checker_without_logits_holds_the_sum_to_rsf_in_weights_and_1_on_output():
+    cfg = RouterConfig(8, 2, scoring="sigmoid", routed_scaling_factor=2.5)
+    x = torch.tensor([[0.0, 3.0, 1.0, 2.0, -1.0, 0.5, -2.0, 2.5]])
+    for scale, wrong in (("in_weights", 1 / 2.5), ("on_output", 2.5)):
+        layout = ExpertLayout(scale=scale)
+        w, ids = route(x, cfg, layout, backend="reference")
+        assert check_routing(w, ids, cfg, layout) == []
+        assert {v.what for v in check_routing(w * wrong, ids, cfg, layout)} == {"renormalize"}
+
+
+def test_checker_without_logits_allows_the_eps_shortfall_of_small_raw_sums():
+    cfg = RouterConfig(8, 2, scoring="sigmoid", renorm_eps=1e-6)
+    x = torch.full((1, 8), -6.9)  # scores ~1e-3: the renormalised sum is 1 - 5e-4, as eps makes it
+    w, ids = route(x, cfg, backend="reference")
+    assert float(w.sum()) < 1 - 1e-4
+    assert check_routing(w, ids, cfg) == [] and check_routing(w, ids, cfg, logits=x) == []
+
+
+def test_checker_near_ties_are_within_rtol_not_a_percent():
+    cfg = RouterConfig(4, 1, scoring="sigmoid", renormalize=False)
+    x = torch.tensor([[0.0, 0.01, -3.0, -3.0]])  # keys 0.5 and 0.5025: 0.5% apart, no near-tie at rtol 1e-5
+    assert route(x, cfg, backend="reference").ids.tolist() == [[1]]
+    got = check_routing(torch.sigmoid(x)[:, :1], torch.tensor([[0]], dtype=torch.int32), cfg, logits=x)
+    assert {v.what for v in got} == {"selection"}
+
+
+def test_checker_compares_each_weight_with_the_reference_not_only_the_sum():
+    cfg = RouterConfig(8, 2, scoring="sigmoid")
+    x = torch.tensor([[0.0, 3.0, 1.0, 2.0, -1.0, 0.5, -2.0, 2.5]])
+    w, ids = route(x, cfg, backend="reference")
+    swapped = w[:, [1, 0]]  # the right ids, their weights exchanged: the sum still 1
+    assert [(v.what, v.column) for v in check_routing(swapped, ids, cfg, logits=x)] == [
+        ("weight value", 0), ("weight value", 1)]
+
+
+def test_checker_flags_experts_from_more_tied_groups_than_topk_group():
+    cfg = RouterConfig(8, 2, scoring="sigmoid", n_group=4, topk_group=1, group_score="max", renormalize=False)
+    x = torch.tensor([[2.0, -5.0, 2.0, -5.0, -6.0, -6.0, -6.0, -6.0]])  # groups 0 and 1 tie at max 2.0
+    assert route(x, cfg, backend="reference").ids.tolist() == [[0, 1]]
+    two = torch.tensor([[0, 2]], dtype=torch.int32)  # one expert of each tied group: two groups kept, not one
+    assert {v.what for v in check_routing(torch.sigmoid(x)[:, [0, 2]], two, cfg, logits=x)} == {"group"}
+
+
+def test_checker_near_tied_set_on_output_is_held_to_unscaled_weights():
+    cfg = RouterConfig(8, 2, scoring="sigmoid", renormalize=False, routed_scaling_factor=2.5)
+    layout = ExpertLayout(scale="on_output")
+    x = torch.tensor([[3.0, 1.0, 1.0, 0.0, -1.0, -2.0, -3.0, -4.0]])  # experts 1 and 2 tie
+    other = torch.tensor([[0, 2]], dtype=torch.int32)
+    assert check_routing(torch.sigmoid(x)[:, [0, 2]], other, cfg, layout, logits=x) == []
+    bad = check_routing(torch.sigmoid(x)[:, [0, 2]] * 2.5, other, cfg, layout, logits=x)
+    assert {v.what for v in bad} == {"weight value"}
+
+
+def test_all_nan_softmax_row_without_renormalize_scores_zero():
+    cfg = RouterConfig(num_experts=4, top_k=2, renormalize=False)
+    w, ids = r([[NAN] * 4, [NAN, 0.0, NAN, NAN]], cfg)
+    assert ids.tolist() == [[0, 1], [1, 0]] and w.tolist() == [[0.0, 0.0], [1.0, 0.0]]
