@@ -370,19 +370,24 @@ def test_placement_takes_numpy_and_tensor_tables():
                   [np.int64(e) for e in want.physical_to_logical]):
         got = ExpertPlacement(table, 8)
         assert got == want and all(type(e) is int for e in got.physical_to_logical)
-    for bad in (np.arange(8, dtype=np.float64), torch.arange(8.0), [0, 1, 2, 3, 4, 5, 6, 7.0], [True] + list(range(8)),
-                torch.arange(8).view(2, 4), np.arange(8).reshape(2, 4), list(range(7)) + [np.array(7.0)],
-                list(torch.arange(8.0)), list(range(7)) + [np.True_]):
-        with pytest.raises(ValueError, match="physical_to_logical"):
+    # A wrong type or dtype is a TypeError, a wrong shape a ValueError (docs/contract.md).
+    for bad, error in ((np.arange(8, dtype=np.float64), TypeError), (torch.arange(8.0), TypeError),
+                       ([0, 1, 2, 3, 4, 5, 6, 7.0], TypeError), ([True] + list(range(8)), TypeError),
+                       (torch.arange(8).view(2, 4), ValueError), (np.arange(8).reshape(2, 4), ValueError),
+                       (list(range(7)) + [np.array(7.0)], TypeError), (list(torch.arange(8.0)), TypeError),
+                       (list(range(7)) + [np.True_], TypeError)):
+        with pytest.raises(error, match="physical_to_logical"):
             ExpertPlacement(bad, 8)
         if isinstance(bad, torch.Tensor):  # from_tensor checks as the constructor does (it truncated 1.7 to 1)
-            with pytest.raises(ValueError, match="physical_to_logical"):
+            with pytest.raises(error, match="physical_to_logical"):
                 ExpertPlacement.from_tensor(bad, 8)
     assert ExpertPlacement.from_tensor(torch.tensor(want.physical_to_logical), 8) == want
-    with pytest.raises(ValueError, match="physical_to_logical"):
+    with pytest.raises(TypeError, match="physical_to_logical"):
         ExpertPlacement.from_tensor(torch.tensor([0, 1.7, 2, 3, 4, 5, 6, 7, 1.2]), 8)
-    with pytest.raises(ValueError, match="physical_to_logical"):
+    with pytest.raises(TypeError, match="physical_to_logical"):
         ExpertPlacement.from_tensor(torch.tensor([True] * 8), 8)
+    with pytest.raises(TypeError, match="placement"):
+        ExpertLayout(placement=[0, 1, 2])
 
 
 def test_check_routing_refuses_a_layout_that_is_not_one():

@@ -298,9 +298,12 @@ def _version_of(tensor: torch.Tensor) -> int:
 
 def _check_placement_table(physical_to_logical: Iterable[int], num_experts: int) -> tuple[int, ...]:
     if isinstance(physical_to_logical, torch.Tensor):  # an EPLB solver's output, on any device
-        if physical_to_logical.dim() != 1 or physical_to_logical.dtype not in INT_DTYPES:
+        if physical_to_logical.dtype not in INT_DTYPES:
+            raise TypeError("physical_to_logical must be a 1-D integer tensor or a sequence of ints, got a tensor of "
+                            f"dtype {physical_to_logical.dtype}")
+        if physical_to_logical.dim() != 1:
             raise ValueError("physical_to_logical must be a 1-D integer tensor or a sequence of ints, got a tensor of "
-                             f"shape {tuple(physical_to_logical.shape)} and dtype {physical_to_logical.dtype}")
+                             f"shape {tuple(physical_to_logical.shape)}")
         physical_to_logical = physical_to_logical.tolist()
     if getattr(physical_to_logical, "ndim", 1) != 1:  # a numpy array
         raise ValueError(f"physical_to_logical must be 1-D, got shape {physical_to_logical.shape}")
@@ -315,7 +318,7 @@ def _check_placement_table(physical_to_logical: Iterable[int], num_experts: int)
         except TypeError:
             expert = None
         if expert is None:
-            raise ValueError(f"physical_to_logical[{slot}] must be an int, got {value!r}")
+            raise TypeError(f"physical_to_logical[{slot}] must be an int, got {value!r}")
         if not 0 <= expert < num_experts:
             raise ValueError(
                 f"physical_to_logical[{slot}] = {expert} is outside [0, num_experts={num_experts})"

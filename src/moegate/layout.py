@@ -55,7 +55,8 @@ class ExpertPlacement:
     @classmethod
     def from_tensor(cls, physical_to_logical: torch.Tensor, num_experts: int) -> ExpertPlacement:
         """The placement of a 1-D integer tensor (an EPLB's physical_to_logical map), checked as the constructor
-        checks it: a float, bool or 2-D tensor is a ValueError, never truncated into another placement."""
+        checks it: a float or bool tensor is a TypeError, a 2-D one a ValueError, never truncated into another
+        placement."""
         return cls(physical_to_logical, num_experts)
 
     @property
@@ -128,7 +129,7 @@ class ExpertLayout:
         _check_choice("scale", self.scale, SCALE_MODES)
         _check_int("ep_size", self.ep_size, 1)
         if self.placement is not None and not isinstance(self.placement, ExpertPlacement):
-            raise ValueError(f"placement must be an ExpertPlacement or None, got {type(self.placement).__name__}")
+            raise TypeError(f"placement must be an ExpertPlacement or None, got {type(self.placement).__name__}")
         if self.placement is not None and self.placement.num_physical % self.ep_size:
             raise ValueError(
                 f"placement has P={self.placement.num_physical} physical slots, not divisible by "
