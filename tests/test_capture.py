@@ -174,13 +174,16 @@ def test_replay_of_an_empty_batch_routes():
 
 def test_record_checks_its_ids_and_never_broadcasts_or_wraps():
     """RoutingRecorder.record is public: a [T, 1] or 1-D tensor would broadcast into the [T, K] rows, ids past the
-    recorder's num_experts would be recorded (or wrapped in int16). Each is a ValueError; nothing is written."""
+    recorder's num_experts would be recorded (or wrapped in int16). Each is a ValueError (float ids or a list: a
+    TypeError); nothing is written."""
     rec = RoutingRecorder(2, 4, 4, 16)
-    for bad, match in ((torch.tensor([[3], [5]]), "top_k=4"), (torch.tensor([1, 2, 3, 4]), r"\[T, K\]"),
-                       (torch.zeros(5, 4, dtype=torch.int64), "max_tokens=4"), (torch.zeros(2, 4), "integer"),
-                       (torch.tensor([[0, 1, 2, 16]]), r"\[-1, num_experts=16\)"),
-                       (torch.tensor([[0, 1, 2, -2]]), r"got \[-2, 2\]")):
-        with pytest.raises(ValueError, match=match):
+    for bad, match, error in ((torch.tensor([[3], [5]]), "top_k=4", ValueError),
+                              (torch.tensor([1, 2, 3, 4]), r"\[T, K\]", ValueError),
+                              (torch.zeros(5, 4, dtype=torch.int64), "max_tokens=4", ValueError),
+                              (torch.zeros(2, 4), "integer", TypeError), ([[0, 1, 2, 3]], "integer", TypeError),
+                              (torch.tensor([[0, 1, 2, 16]]), r"\[-1, num_experts=16\)", ValueError),
+                              (torch.tensor([[0, 1, 2, -2]]), r"got \[-2, 2\]", ValueError)):
+        with pytest.raises(error, match=match):
             rec.record(0, bad)
     with pytest.raises(ValueError, match="layer"):
         rec.record(2, torch.zeros(1, 4, dtype=torch.int64))

@@ -479,3 +479,25 @@ def test_zero_experts_take_layouts_without_shared_columns():
     for layout, S in ((ExpertLayout(shared_slots="global"), 1), (ExpertLayout(ep_size=2), 0)):
         with pytest.raises(ValueError, match="num_zero_experts"):
             route(x, c.replace(num_shared_experts=S), layout, backend="reference")
+
+
+def test_wrong_types_are_type_errors_across_the_api():
+    """docs/contract.md: a wrong type or dtype is a TypeError, a wrong value or shape a ValueError (a review found
+    RouterConfig, placements, home_rank, out, RoutingRecorder.record and check_routing's rtol raising ValueError)."""
+    cfg = RouterConfig(num_experts=8, top_k=2)
+    x = torch.randn(3, 8)
+    layout = ExpertLayout(shared_slots="per_rank", ep_size=2)
+    for kw in (dict(home_rank=1.0), dict(home_rank=True), dict(out=torch.zeros(3, 2))):
+        with pytest.raises(TypeError, match=next(iter(kw))):
+            route(x, cfg, layout, backend="reference", **kw)
+    with pytest.raises(ValueError, match="out"):
+        route(x, cfg, backend="reference", out=(torch.zeros(3, 2),))
+    with pytest.raises(ValueError, match="home_rank"):
+        route(x, cfg, layout, backend="reference", home_rank=2)
+    w, ids = route(x, cfg, backend="reference")
+    from moegate import check_routing
+
+    with pytest.raises(TypeError, match="rtol"):
+        check_routing(w, ids, cfg, rtol="1e-5")
+    with pytest.raises(ValueError, match="rtol"):
+        check_routing(w, ids, cfg, rtol=-1.0)

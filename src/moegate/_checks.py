@@ -147,7 +147,7 @@ def _check_num_valid_tokens(num_valid_tokens, num_tokens: int, device: torch.dev
 
 def _check_home_rank(home_rank, ep_size: int) -> None:
     if isinstance(home_rank, bool) or not isinstance(home_rank, int):
-        raise ValueError(f"home_rank must be an int, got {home_rank!r}")
+        raise TypeError(f"home_rank must be an int, got {home_rank!r}")
     if not 0 <= home_rank < ep_size:
         raise ValueError(f"home_rank must be in [0, ep_size={ep_size}), got {home_rank}")
 
@@ -172,8 +172,10 @@ def _check_out(out, num_tokens: int, width: int, device: torch.device) -> None:
     share memory with each other or an input: _check_no_aliasing)."""
     if out is None:
         return
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise ValueError("out must be a (weights, ids) pair of tensors")
+    if not isinstance(out, (tuple, list)):
+        raise TypeError(f"out must be a (weights, ids) pair of tensors, got {type(out).__name__}")
+    if len(out) != 2:
+        raise ValueError(f"out must be a (weights, ids) pair of tensors, got {len(out)} items")
     weights, ids = out
     for name, t, dtype in (("out[0] (weights)", weights, torch.float32), ("out[1] (ids)", ids, torch.int32)):
         if not isinstance(t, torch.Tensor):

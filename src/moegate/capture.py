@@ -97,7 +97,10 @@ class RoutingRecorder:
         its own ids here) except on the CPU, where they are read too: ids in [-1, num_experts) that the buffer's
         dtype holds, never wrapped."""
         _check_int("layer", layer, 0, self.num_layers - 1)
-        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype not in INT_DTYPES:
+        if not isinstance(ids, torch.Tensor) or ids.dtype not in INT_DTYPES:
+            raise TypeError(f"ids must be an integer tensor [T, K], got "
+                            f"{type(ids).__name__ if not isinstance(ids, torch.Tensor) else ids.dtype}")
+        if ids.dim() != 2:
             raise ValueError(f"ids must be an integer tensor [T, K], got "
                              f"{tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__}"
                              f"{' ' + str(ids.dtype) if isinstance(ids, torch.Tensor) else ''}")

@@ -131,7 +131,9 @@ def check_routing(
     if not weights.is_floating_point():
         raise TypeError(f"check_routing: weights must be a floating-point tensor, got {weights.dtype}")
     for name, v in (("rtol", rtol), ("atol", atol)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"check_routing: {name} must be a float, got {v!r}")
+        if not math.isfinite(v) or v < 0:
             raise ValueError(f"check_routing: {name} must be a finite float >= 0, got {v!r}")
     if config.routing == "hash" and (token_ids is None) != (hash_table is None):
         missing = "token_ids" if token_ids is None else "hash_table"
