@@ -101,9 +101,7 @@ class RoutingRecorder:
             raise TypeError(f"ids must be an integer tensor [T, K], got "
                             f"{type(ids).__name__ if not isinstance(ids, torch.Tensor) else ids.dtype}")
         if ids.dim() != 2:
-            raise ValueError(f"ids must be an integer tensor [T, K], got "
-                             f"{tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__}"
-                             f"{' ' + str(ids.dtype) if isinstance(ids, torch.Tensor) else ''}")
+            raise ValueError(f"ids must be an integer tensor [T, K], got shape {tuple(ids.shape)}")
         if ids.shape[1] != self.top_k:
             raise ValueError(f"recorder has top_k={self.top_k}, but ids are [T, {ids.shape[1]}]")
         if ids.shape[0] > self.max_tokens:

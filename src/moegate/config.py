@@ -156,8 +156,10 @@ def _check_router_config(c: RouterConfig) -> None:
 
     width = c.num_scored
     # E + Z, spelled out where there are zero experts
-    what = f"num_experts ({width})" if not c.num_zero_experts else (
-        f"num_experts + num_zero_experts ({c.num_experts} + {c.num_zero_experts} = {width})")
+    name, total = "num_experts", f"{width}"
+    if c.num_zero_experts:
+        name, total = "num_experts + num_zero_experts", f"{c.num_experts} + {c.num_zero_experts} = {width}"
+    what = f"{name} ({total})"
     if c.top_k > width:
         raise ValueError(f"top_k must be <= {what}, got top_k={c.top_k}")
     _check_int("n_group", c.n_group, 1)
@@ -173,7 +175,7 @@ def _check_router_config(c: RouterConfig) -> None:
             )
         if c.top_k > c.topk_group * group_size:
             raise ValueError(
-                f"top_k must be <= topk_group * {what.split(' (')[0]} / n_group = {c.topk_group * group_size}, "
+                f"top_k must be <= topk_group * {name} / n_group = {c.topk_group * group_size}, "
                 f"got top_k={c.top_k}"
             )
     if c.has_expert_scale and c.num_zero_experts:

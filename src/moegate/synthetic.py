@@ -19,11 +19,9 @@ Model of the logits, row t, expert e (before the cast to ``dtype``)::
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from moegate._checks import FLOAT_DTYPES, _check_int
+from moegate._checks import FLOAT_DTYPES, _check_int, _check_nonnegative_float
 from moegate.config import RouterConfig
 
 BLOCK_ROWS = 1024
@@ -44,10 +42,7 @@ SEED_MAX = 2**32 - 1  # torch's CPU generator keeps 32 bits of a seed: larger se
 
 def _check_seed_skew(seed, skew) -> None:
     _check_int("seed", seed, 0, SEED_MAX)
-    if isinstance(skew, bool) or not isinstance(skew, (int, float)):
-        raise TypeError(f"skew must be a float, got {skew!r} ({type(skew).__name__})")
-    if not math.isfinite(float(skew) if abs(skew) < 1e308 else math.inf) or skew < 0:
-        raise ValueError(f"skew must be a finite float >= 0, got {skew!r}")
+    _check_nonnegative_float("skew", skew)
 
 
 def expert_popularity(num_experts: int, seed: int = 0) -> torch.Tensor:
