@@ -132,11 +132,6 @@ SPLIT_MIN_TOKENS = 4096
 # threads a row at T = 4096, 32768 and 65536 (test_split_rows_at_large_T_match_reference). Run 46 on today's kernel,
 # Qwen3 on 8 / 16 threads a row: T=8192 4.40 vs 4.82 us (8 on two warps 4.41), T=4096 3.75 vs 3.49.
 SPLIT_WIDE_TOKENS: int | None = 8192  # from here 8 threads a row, below 16
-# Sigmoid / sqrt-softplus rows with a correction bias, without groups (DeepSeek-V4, Kimi-K2), split over 8 threads a
-# row up to 256 experts and 16 up to 512, from this T, on the fast keys (the kernel's APPROX_KEYS on split rows: K + 1
-# rounds and the keys' margin between neighbours); None: never.
-SPLIT_KEYS_MIN_TOKENS: int | None = 8192
-SPLIT_KEYS_MIN_EXPERTS = 129
 # Split rows with logit keys whose programs fall back settle their close rows on exact scores first (the K winners'
 # scores ranked by score and id, _split_settle_pairs) and take the 64-bit rounds only for what that cannot decide:
 # forced on or off (tests, the benchmark's A/B), or the default, SPLIT_PAIR_EXACT. Run 38 (BENCHMARKS.md) found one
@@ -328,10 +323,6 @@ def _split_threads(config: RouterConfig, num_tokens: int) -> int:
             raise ValueError(f"split_rows_override={q}: split rows take {SPLIT_THREADS} threads a row and at most "
                              f"{SPLIT_MAX_COLUMNS} of the row's {config.num_scored} columns a thread")
         return q
-    if (SPLIT_KEYS_MIN_TOKENS is not None and num_tokens >= SPLIT_KEYS_MIN_TOKENS and config.has_correction_bias
-            and config.scoring in ("sigmoid", "sqrtsoftplus") and config.selection == "scores"
-            and SPLIT_KEYS_MIN_EXPERTS <= config.num_scored <= 16 * SPLIT_MAX_COLUMNS):
-        return 8 if config.num_scored <= 8 * SPLIT_MAX_COLUMNS else 16
     if not _logit_keys_allowed(config) or not 64 < config.num_scored <= 128 or num_tokens < SPLIT_MIN_TOKENS:
         return 0
     return 8 if SPLIT_WIDE_TOKENS is not None and num_tokens >= SPLIT_WIDE_TOKENS else 16
@@ -468,12 +459,9 @@ def _launch(
     # run on the flat round words), not for weights from the tile. bf16 / fp16 logits without a bias tie often
     # (equal logits, equal keys), and every tie fails the margin check: those keep the exact keys.
     approx_able = spec.SCORING in (1, 2) and not spec.SELECT_LOGITS and not spec.HASH and not tile_weights \
-        and (spec.block_m == 1 or spec.SPLIT_ROWS)
+        and spec.block_m == 1
     any_t = APPROX_REPAIR and spec.N_GROUP == 1  # the repair keeps close rows cheap at every T
-    if spec.SPLIT_ROWS:
-        # Split rows of sigmoid / sqrt-softplus keys (SPLIT_KEYS_MIN_TOKENS) take the fast keys wherever they may.
-        approx_keys = approx_able and (bias is not None or logits.dtype == torch.float32)
-    elif spec.SCORING == 1:
+    if spec.SCORING == 1:
         lanes = block_g * block_gs
         large = T * lanes >= APPROX_KEYS_MIN_LANE_ROWS
         approx_keys = (approx_able and (bias is not None or logits.dtype == torch.float32)
@@ -487,10 +475,9 @@ def _launch(
         approx_keys = approx_keys_override and approx_able
     # Close fast-key winners reordered on exact keys rather than the row redone (_approx_repair): rows without
     # groups, off by default (see APPROX_REPAIR).
-    repair_able = approx_keys and spec.N_GROUP == 1 and spec.block_m == 1
-    approx_repair = repair_able and APPROX_REPAIR and T < APPROX_REPAIR_MAX_TOKENS
+    approx_repair = approx_keys and spec.N_GROUP == 1 and APPROX_REPAIR and T < APPROX_REPAIR_MAX_TOKENS
     if approx_repair_override is not None:
-        approx_repair = repair_able and approx_repair_override
+        approx_repair = approx_keys and spec.N_GROUP == 1 and approx_repair_override
     # Exact sigmoid / sqrt-softplus keys on rows on warps, not the tile's weights (they come from the same scores).
     fma_able = (spec.SCORING in (1, 2) and not spec.SELECT_LOGITS and not spec.HASH and not spec.THREAD_ROWS
                 and not spec.SPLIT_ROWS and not tile_weights and not approx_keys)

@@ -935,38 +935,15 @@ def _fold(vs, N: tl.constexpr, OP: tl.constexpr):
 
 
 @triton.jit
-def _split_col(j: tl.constexpr, q, Q: tl.constexpr, VEC: tl.constexpr):
-    """The column that entry j of a split row's tuple holds in thread q ([1, Q]): j * Q + q, or with VEC four
-    adjacent columns a thread, 4 Q columns a block of four entries (the tuple then loads as 16-byte vectors)."""
-    if VEC:
-        col = (j // 4) * (4 * Q) + q * 4 + (j % 4)
-    else:
-        col = j * Q + q
-    return col
-
-
-@triton.jit
-def _split_load4(ptrs, mask, other):
-    """One 16-byte load a thread of [R, 4 Q] pointers to adjacent columns, as four [R, Q] tensors (entry r of
-    thread q: column 4 q + r). Loaded flat, so that Triton lays the rows over the warps and each row's 4 Q columns
-    over Q threads (a [R, Q, 4] load put Q over the warps, and each round's max went through shared memory)."""
-    x = tl.load(ptrs, mask=mask, other=other)
-    a, b = tl.split(tl.reshape(x, [x.shape[0], x.shape[1] // 4, 2, 2]))  # columns 0, 2 and 1, 3
-    a0, a1 = tl.split(a)
-    b0, b1 = tl.split(b)
-    return a0, b0, a1, b1
-
-
-@triton.jit
 def _split_exact(his, kc, E: tl.constexpr, K: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_KC: tl.constexpr, BLOCK_W: tl.constexpr, VEC: tl.constexpr = False):
+                 BLOCK_KC: tl.constexpr, BLOCK_W: tl.constexpr):
     """Step 5 of split rows on exact 64-bit (key bits, inverted id) words: K rounds of one max (a tree inside
     the thread, then across the row's Q threads), each winner then removed. Returns ids [BM, BKC]."""
     N: tl.constexpr = (E + Q - 1) // Q
     q = tl.arange(0, Q)[None, :]
     words = ()
     for j in tl.static_range(N):
-        col = _split_col(j, q, Q, VEC)
+        col = j * Q + q
         word = (his[j].to(tl.int64) << 32) | ((-col) + (BLOCK_W - 1 + LOW_PAD)).to(tl.int64)
         words = words + (tl.where(col < E, word, INT64_MIN),)
     ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
@@ -983,25 +960,16 @@ def _split_exact(his, kc, E: tl.constexpr, K: tl.constexpr, Q: tl.constexpr, BLO
 
 @triton.jit
 def _split_load(row_base, col_stride, row_ok, logit_scale, softcap, E: tl.constexpr, Q: tl.constexpr,
-                HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr, ACCURATE: tl.constexpr, VEC: tl.constexpr = False):
-    """Step 1 of split rows: the tuple of N = ceil(E / Q) logit tensors [BM, Q] (column _split_col(j, q) at entry
-    j, thread q), dead ones (NaN, -inf, columns past E) -inf. Rows past T read 0.0 (see _thread_rows). Where Q
-    divides E there are no padding columns, and no masks or selects for them (VEC needs 4 Q to divide E)."""
+                HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr, ACCURATE: tl.constexpr):
+    """Step 1 of split rows: the tuple of N = ceil(E / Q) logit tensors [BM, Q] (column j * Q + q at entry j,
+    thread q), dead ones (NaN, -inf, columns past E) -inf. Rows past T read 0.0 (see _thread_rows). Where Q
+    divides E there are no padding columns, and no masks or selects for them."""
     N: tl.constexpr = (E + Q - 1) // Q
     q = tl.arange(0, Q)[None, :]  # [1, Q]
-    if VEC:
-        tl.static_assert(E % (4 * Q) == 0)
-        q4 = tl.arange(0, 4 * Q)[None, :]  # [1, 4 Q]
     xs = ()
-    raw = ()
     for j in tl.static_range(N):
-        col = _split_col(j, q, Q, VEC)
-        if VEC:
-            if j % 4 == 0:
-                ptrs = row_base[:, None] + ((j // 4) * (4 * Q) + q4).to(tl.int64) * col_stride
-                raw = _split_load4(ptrs, row_ok[:, None], 0.0)
-            x = raw[j % 4]
-        elif E % Q == 0:  # no padding columns
+        col = j * Q + q
+        if E % Q == 0:  # no padding columns
             x = tl.load(row_base[:, None] + col.to(tl.int64) * col_stride, mask=row_ok[:, None], other=0.0)
         else:
             x = tl.load(row_base[:, None] + col.to(tl.int64) * col_stride, mask=row_ok[:, None] & (col < E),
@@ -1016,40 +984,21 @@ def _split_load(row_base, col_stride, row_ok, logit_scale, softcap, E: tl.conste
 
 @triton.jit
 def _split_keys(xs, row_max, row_sum, bias_ptr, bias_stride, E: tl.constexpr, Q: tl.constexpr,
-                SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr, HAS_BIAS: tl.constexpr, ACCURATE: tl.constexpr,
-                FAST: tl.constexpr = False, VEC: tl.constexpr = False):
-    """Steps 2-3 of split rows: (the keys' order-preserving bits, columns past E at INT32_MIN; the largest |bias|
-    of a column, which bounds a sqrt-softplus score by its key, 0.0 without a bias). FAST: the approximate
-    sigmoid / sqrt-softplus keys of one row a program (within _key_err of the exact ones)."""
+                SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr, HAS_BIAS: tl.constexpr, ACCURATE: tl.constexpr):
+    """Steps 2-3 of split rows: the keys' order-preserving bits, columns past E at INT32_MIN."""
     N: tl.constexpr = (E + Q - 1) // Q
     q = tl.arange(0, Q)[None, :]
     his = ()
-    bias_mag = 0.0
-    if VEC:
-        q4 = tl.arange(0, 4 * Q)[None, :]  # [1, 4 Q]
-    raw = ()
     for j in tl.static_range(N):
-        col = _split_col(j, q, Q, VEC)
+        col = j * Q + q
         if HAS_BIAS:
-            if VEC:
-                if j % 4 == 0:
-                    # [BM, 4 Q] like the logits (each row reads the bias, L1 hits), so that the keys keep the
-                    # logits' layout.
-                    cols = (j // 4) * (4 * Q) + q4 + tl.zeros_like(row_max).to(tl.int32)[:, None]
-                    raw = _split_load4(bias_ptr + cols.to(tl.int64) * bias_stride, None, None)
-                b = raw[j % 4].to(tl.float32)
-            else:
-                b = tl.load(bias_ptr + col.to(tl.int64) * bias_stride, mask=col < E, other=0.0).to(tl.float32)
-            if FAST and SCORING == 2:
-                bias_mag = tl.maximum(bias_mag, tl.abs(b))
+            b = tl.load(bias_ptr + col.to(tl.int64) * bias_stride, mask=col < E, other=0.0).to(tl.float32)
         else:
             b = 0.0
         _key, _s, hi = _key_bits(xs[j], xs[j] == float("-inf"), col < E, row_max[:, None], row_sum[:, None], b,
-                                 SCORING, SELECT_LOGITS, HAS_BIAS, FAST, ACCURATE)
+                                 SCORING, SELECT_LOGITS, HAS_BIAS, False, ACCURATE)
         his = his + (hi,)
-    if FAST and SCORING == 2 and HAS_BIAS:
-        bias_mag = tl.max(tl.max(bias_mag, axis=1), axis=0)
-    return his, bias_mag
+    return his
 
 
 @triton.jit
@@ -1094,8 +1043,7 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
                 BLOCK_W: tl.constexpr, LANE_BITS: tl.constexpr, SCORING: tl.constexpr,
                 SELECT_LOGITS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                 HAS_BIAS: tl.constexpr, LOGIT_KEYS: tl.constexpr, FORCE_EXACT: tl.constexpr,
-                PAIR_EXACT: tl.constexpr, LOGIT_DROP: tl.constexpr, ACCURATE: tl.constexpr,
-                APPROX_KEYS: tl.constexpr = False):
+                PAIR_EXACT: tl.constexpr, LOGIT_DROP: tl.constexpr, ACCURATE: tl.constexpr):
     """Steps 1-5 for rows without groups on Q threads each (SPLIT_ROWS): column j * Q + q of a row lives in
     its thread q as entry j of a tuple of N = ceil(E / Q) tensors [BM, Q], so each reduction is a tree
     inside the thread (_fold) and then one across the Q threads (log2(Q) shuffles), where one row a warp
@@ -1104,18 +1052,13 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
     Selection as one row a program: 32-bit words (distance below the row's best key bits << LANE_BITS |
     inverted id), the next round's word by the unsigned step below the last one (no marking), the same
     margin checks on the words, and a program with a row the words cannot decide reloads its rows and
-    takes _split_exact (so that only the words stay live through the rounds). APPROX_KEYS: sigmoid /
-    sqrt-softplus keys from the MUFU approximations, K + 1 rounds, and a row whose adjacent winners (the K-th
-    and the (K + 1)-th word included) are closer than twice the keys' error bound takes the exact path.
+    takes _split_exact (so that only the words stay live through the rounds).
     Returns (ids [BM, BKC], the winners' logits through step 1 with LOGIT_KEYS (else unused), row max, row
     sum), the inputs of step 6.
     """
     N: tl.constexpr = (E + Q - 1) // Q
-    # Fast keys: four adjacent columns a thread, loaded as 16-byte vectors (a load and its address a column before).
-    VEC: tl.constexpr = APPROX_KEYS and (E % (4 * Q) == 0)
     q = tl.arange(0, Q)[None, :]  # [1, Q]
-    xs = _split_load(row_base, col_stride, row_ok, logit_scale, softcap, E, Q, HAS_SCALE, HAS_SOFTCAP, ACCURATE,
-                     VEC)
+    xs = _split_load(row_base, col_stride, row_ok, logit_scale, softcap, E, Q, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
     row_max = tl.zeros([BLOCK_M], dtype=tl.float32)
     row_sum = tl.full([BLOCK_M], 1.0, tl.float32)
     if SCORING == 0:
@@ -1123,8 +1066,8 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
         row_max = tl.where(m > float("-inf"), m, 0.0)
         if not LOGIT_KEYS:
             row_sum = _split_row_sum(xs, row_max, N, ACCURATE)
-    his, bias_mag = _split_keys(xs, row_max, row_sum, bias_ptr, bias_stride, E, Q, SCORING,
-                                SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, ACCURATE, APPROX_KEYS, VEC)
+    his = _split_keys(xs, row_max, row_sum, bias_ptr, bias_stride, E, Q, SCORING, SELECT_LOGITS or LOGIT_KEYS,
+                      HAS_BIAS, ACCURATE)
     # Words: the key's distance below the row's best, exact up to 2**31 / BLOCK_W - 1 ulps, clamped to 0
     # beyond (a winner on the clamp is ambiguous); padding columns INT32_MIN.
     span = (2147483648 // BLOCK_W) - 1
@@ -1132,12 +1075,12 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
     base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)  # [BM]
     words = ()
     for j in tl.static_range(N):
-        col = _split_col(j, q, Q, VEC)
+        col = j * Q + q
         word = ((tl.maximum(his[j], base[:, None]) - base[:, None]) << LANE_BITS) | ((-col) + (BLOCK_W - 1))
         if E % Q != 0:  # padding columns
             word = tl.where(his[j] > INT32_MIN, word, INT32_MIN)
         words = words + (word,)
-    ROUNDS: tl.constexpr = K + 1 if (LOGIT_KEYS or APPROX_KEYS) else K
+    ROUNDS: tl.constexpr = K + 1 if LOGIT_KEYS else K
     best = tl.max(_fold(words, N, 0), axis=1)  # [BM]
     # Round i's word at column i of wk, round i + 1's at column i of wn: the checks then run on [BM, BKC]
     # tensors, whose columns spread over the threads (on the [BM] vectors, which every thread of a row holds,
@@ -1175,11 +1118,6 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
             hard = hard | (cur & ((d == 0) | (k_lo < row_max[:, None] - 75.0) | run))
     else:
         amb = amb | ((kc[None, :] == K - 1) & (d == 0))  # the K-th winner's distance clamped to 0
-        if APPROX_KEYS:
-            # Each winner against the next word down (the K-th against the first loser): keys closer than the two
-            # keys' errors may be in the other order on the exact keys. A clamped next word's key is the clamp's,
-            # at or above its own: the test errs towards the exact path.
-            amb = amb | (cur & has_next & (_separated(k_lo, k_next, 1, SCORING, bias_mag) == 0))
     amb = tl.max(amb.to(tl.int32), axis=1) > 0
     amb = amb & row_ok
     if FORCE_EXACT:
@@ -1190,7 +1128,7 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
     if redo > 0:
         # Steps 1-5 again on the exact keys, from a second read of the rows (L1 / L2 hits).
         xs2 = _split_load(row_base, col_stride, row_ok, logit_scale, softcap, E, Q, HAS_SCALE, HAS_SOFTCAP,
-                          ACCURATE, VEC)
+                          ACCURATE)
         if LOGIT_KEYS:
             row_sum = _split_row_sum(xs2, row_max, N, ACCURATE)
         if PAIR_EXACT:
@@ -1202,10 +1140,10 @@ def _split_rows(row_base, col_stride, row_ok, bias_ptr, bias_stride, logit_scale
         if exact:
             if PAIR_EXACT:  # a third read: the settling above then keeps no row live (registers)
                 xs2 = _split_load(row_base, col_stride, row_ok, logit_scale, softcap, E, Q, HAS_SCALE, HAS_SOFTCAP,
-                                  ACCURATE, VEC)
-            his2, _bias_mag = _split_keys(xs2, row_max, row_sum, bias_ptr, bias_stride, E, Q, SCORING,
-                                          SELECT_LOGITS, HAS_BIAS, ACCURATE, False, VEC)
-            ids_k = _split_exact(his2, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W, VEC)
+                                  ACCURATE)
+            his2 = _split_keys(xs2, row_max, row_sum, bias_ptr, bias_stride, E, Q, SCORING, SELECT_LOGITS,
+                               HAS_BIAS, ACCURATE)
+            ids_k = _split_exact(his2, kc, E, K, Q, BLOCK_M, BLOCK_KC, BLOCK_W)
             xk = _gather_logits(row_base[:, None], ids_k, col_stride, row_ok[:, None] & cur, logit_scale, softcap,
                                 HAS_SCALE, HAS_SOFTCAP, ACCURATE)
     return ids_k, xk, row_max, row_sum, redo
@@ -1373,7 +1311,7 @@ def _route_kernel(
         ids_k, thread_x, row_max, row_sum, redo = _split_rows(
             row_base, logits_col_stride, row_ok, bias_ptr, bias_stride, logit_scale, softcap, kc, N_GROUP * GROUP_SIZE,
             K, SPLIT_ROWS, BLOCK_M, BLOCK_KC, BLOCK_W, LANE_BITS, SCORING, SELECT_LOGITS, HAS_SCALE, HAS_SOFTCAP,
-            HAS_BIAS, LOGIT_KEYS, FORCE_EXACT, PAIR_EXACT, LOGIT_DROP, ACCURATE, APPROX_KEYS)
+            HAS_BIAS, LOGIT_KEYS, FORCE_EXACT, PAIR_EXACT, LOGIT_DROP, ACCURATE)
         if COUNT_FALLBACKS:
             tl.atomic_add(stats_ptr, (redo > 0).to(tl.int32))
     else:
