@@ -295,6 +295,8 @@ def main(argv=None) -> int:
                    help="--cycles: cycles of the dependent gathers after the row's first read (L1 hits)")
     p.add_argument("--warps", type=int, help="warps a program (one row a program): the launcher's choice otherwise")
     p.add_argument("--dump", help="write the SASS of the last shape to this file (and its TTGIR to FILE.ttgir)")
+    p.add_argument("--path", action="store_true",
+                   help="print the fast path's SASS in issue order, each instruction with its source line")
     p.add_argument("--lines", action="store_true",
                    help="attribute the fast path's instructions to source lines (the cubin's line table)")
     a = p.parse_args(argv)
@@ -335,6 +337,9 @@ def main(argv=None) -> int:
             print("   ", " ".join(f"{k}:{v}" for k, v in counts.most_common()))
         if a.lines:
             print_lines(compiled)
+        if a.path:
+            for fname, line, text in fast_path(compiled):
+                print(f"    {fname}:{line:<5} {text}")
         if a.cycles:
             print_cycles(compiled, a.gather_latency)
         if a.dump:

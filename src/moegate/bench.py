@@ -668,7 +668,7 @@ AB_VARIANTS["no-maxnreg"] = {"maxnreg_override": 0}  # ptxas decides everywhere 
 # Split rows (ungrouped rows on Q threads each): the launcher's warps (split-Q) and w warps (split-QwW).
 for _q in (2, 4, 8, 16):
     AB_VARIANTS[f"split-{_q}"] = {"split_rows_override": _q}
-    for _w in (2, 4):
+    for _w in (1, 2, 4):
         AB_VARIANTS[f"split-{_q}w{_w}"] = {"split_rows_override": _q, "launch_override": (32 * _w // _q, _w)}
 
 
