@@ -434,17 +434,19 @@ def test_exclude_never_selects_a_dropped_group_even_below_neg_inf():
     assert (got.ids < 16).all()
 
 
-@pytest.mark.parametrize("keys", ["fma", "fast"])
+@pytest.mark.parametrize("keys", ["fma", "fast", "fast-row-sum"])
 def test_dead_lanes_and_negative_raw_keys_send_rows_to_the_exact_path(keys, monkeypatch):
     """One row a program on FMA or fast keys marks no dead lane and takes the keys' raw bits (router_kernel's
     DEAD_BY_ROW and RAW_BITS): a row with a NaN, -inf or +inf logit, a row of negative keys only, and a row with a
     group whose top2_sum (or max) takes a negative key must go to the exact path (the fallback counter counts
-    exactly those rows) and route like the reference; the rows of positive keys stay on the fast path."""
+    exactly those rows) and route like the reference; the rows of positive keys stay on the fast path. Fast keys
+    find the dead lanes by their NaN keys (NAN_DEAD), and by the row's logit sum with nan_dead_override off."""
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, "launch_override", (1, 1))
-    monkeypatch.setattr(kr, "approx_keys_override", keys == "fast")
+    monkeypatch.setattr(kr, "approx_keys_override", keys != "fma")
     monkeypatch.setattr(kr, "fma_keys_override", keys == "fma")
+    monkeypatch.setattr(kr, "nan_dead_override", False if keys == "fast-row-sum" else None)
     T = 8
     for config, grouped in (
         (RouterConfig(64, 4, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4), True),

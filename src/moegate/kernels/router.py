@@ -220,6 +220,10 @@ scalar_checks_override: bool | None = None
 # --ab-variants kept-only,all-lanes).
 KEPT_ONLY = True
 kept_only_override: bool | None = None
+# One row a program on the fast keys finds a row's dead lanes (NaN, +-inf logits) by the NaN key they leave at the top
+# of its key bits (the kernel's NAN_DEAD; one FMA a lane), not by the row's logit sum: forced off (tests, the
+# benchmark's A/B: --ab-variants row-sum-dead) or the default (None: on).
+nan_dead_override: bool | None = None
 # Arguments that the launch's constexprs turn off (absent tensors and their strides, unused scalars) are passed as
 # None, so that Triton leaves them out of the kernel's parameters: a launch without padding, placement or capture
 # then carries 8-10 parameters (52-64 bytes) instead of 34 (200). H200 runs 61 and 64 (BENCHMARKS.md) timed it level
@@ -573,7 +577,7 @@ def _launch(
                                                               else split_pair_exact_override)),
         FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None, FMA_KEYS=fma_keys,
         BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs, SCALAR_CHECKS=scalar_checks,
-        KEPT_ONLY=kept_only,
+        KEPT_ONLY=kept_only, NAN_DEAD_OK=nan_dead_override is not False,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )

@@ -264,17 +264,32 @@ SSP_KEY_ERR_REL = tl.constexpr(1.6e-6)
 
 
 @triton.jit
-def _sqrtsoftplus_fast(x, ACCURATE: tl.constexpr):
+def _sqrtsoftplus_fast(x, ACCURATE: tl.constexpr, PROPAGATE_NAN: tl.constexpr = False):
     """Selection keys only (never weights): sqrt(softplus(x)) within SSP_KEY_ERR_ABS + s * SSP_KEY_ERR_REL
     from three MUFU ops (ex2, lg2, sqrt approx) and a three-term series where ln(1 + e) would cancel, in place
-    of libdevice's exp, log1p and the IEEE square root (~85 SASS instructions an element, DeepSeek-V4)."""
-    e = _approx(tl.minimum(x, 20.0) * 1.4426950408889634, "ex2", ACCURATE)
+    of libdevice's exp, log1p and the IEEE square root (~85 SASS instructions an element, DeepSeek-V4).
+    PROPAGATE_NAN: a NaN x gives a NaN key (the min and the max propagate it; the same instruction count)."""
+    NAN: tl.constexpr = tl.PropagateNan.ALL if PROPAGATE_NAN else tl.PropagateNan.NONE
+    e = _approx(tl.minimum(x, 20.0, propagate_nan=NAN) * 1.4426950408889634, "ex2", ACCURATE)
     lg = _approx(1.0 + e, "lg2", ACCURATE)
     series = e * (1.0 + e * (-0.5 + e * 0.3333333432674408))
     softplus = tl.where(e < 0.03125, series, lg * 0.6931471805599453)
     # softplus(x) > x: the max is x past 20 (the reference's cut: ln(1 + e) of the clamped x is 20 there) and
     # otherwise the approximation or, where that errs below x, a value closer to the true one.
-    return _approx(tl.maximum(softplus, x), "sqrt", ACCURATE)
+    return _approx(tl.maximum(softplus, x, propagate_nan=NAN), "sqrt", ACCURATE)
+
+
+@triton.jit
+def _nan_unless_finite(x, ACCURATE: tl.constexpr):
+    """x where finite, NaN where x is NaN or +-inf: x * 0 + x, one FMA (0 * inf is NaN). The GPU's NaN results
+    are its canonical NaN 0x7FFFFFFF, above every other float's bits as an int32; the interpreter's numpy may make
+    a negative NaN, so there it is made the positive one (bits 0x7FC00000, also above +inf's)."""
+    if ACCURATE:
+        y = tl.fma(x, 0.0, x)
+    else:
+        y = x * 0.0 + x
+        y = tl.where(y == y, y, float("nan"))
+    return y
 
 
 @triton.jit
@@ -391,14 +406,18 @@ def _fma_band(x, SCORING: tl.constexpr, AXIS: tl.constexpr):
 @triton.jit
 def _key_bits(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_LOGITS: tl.constexpr,
               HAS_BIAS: tl.constexpr, FAST: tl.constexpr, ACCURATE: tl.constexpr, FMA_KEYS: tl.constexpr = False,
-              RAW_BITS: tl.constexpr = False):
+              RAW_BITS: tl.constexpr = False, NAN_KEYS: tl.constexpr = False):
     """Step 3: (key, unbiased score, order-preserving key bits with padding lanes at INT32_MIN). FMA_KEYS:
     sigmoid / sqrt-softplus keys by _recip_ge1 / _sqrt_fma, exact on rows that _fma_band does not flag.
-    RAW_BITS: the key's own bits, which order the keys >= +0.0 alike (see RAW_BITS in _route_kernel)."""
+    RAW_BITS: the key's own bits, which order the keys >= +0.0 alike (see RAW_BITS in _route_kernel).
+    NAN_KEYS (fast keys): a logit that is NaN or +-inf gives a NaN key, whose bits lie above every float's."""
+    if NAN_KEYS:
+        tl.static_assert(FAST and not SELECT_LOGITS)
+        x = _nan_unless_finite(x, ACCURATE)
     if SELECT_LOGITS:
         key = x
     elif FAST and SCORING == 2:
-        key = _sqrtsoftplus_fast(x, ACCURATE)
+        key = _sqrtsoftplus_fast(x, ACCURATE, NAN_KEYS)
     elif FAST:
         key = _sigmoid_fast(x, ACCURATE)
     elif FMA_KEYS and SCORING == 1:
@@ -434,13 +453,17 @@ def _word_key(bits, RAW_BITS: tl.constexpr):
 @triton.jit
 def _row_flags(flags, hi_max, span, fma_band, row_dead, raw_bad, kept_min, dropped_max, bias_mag,
                SCORING: tl.constexpr, N_GROUP: tl.constexpr, FMA_KEYS: tl.constexpr, DEAD_BY_ROW: tl.constexpr,
-               RAW_BITS: tl.constexpr, KEEP_IN_WORDS: tl.constexpr, APPROX_KEYS: tl.constexpr):
+               RAW_BITS: tl.constexpr, KEEP_IN_WORDS: tl.constexpr, APPROX_KEYS: tl.constexpr,
+               NAN_DEAD: tl.constexpr = False):
     """One row a program: `flags` (a scalar) or what makes the row ambiguous whatever its round words: a logit below
-    the FMA keys' band, a dead lane (DEAD_BY_ROW; also a +inf logit, whose FMA square root is NaN), a row whose raw
-    key bits may misorder (RAW_BITS), groups closer than the fast keys' error."""
+    the FMA keys' band, a dead lane (DEAD_BY_ROW; also a +inf logit, whose FMA square root is NaN; NAN_DEAD: found by
+    the NaN key such a logit leaves at the top of the best key's bits), a row whose raw key bits may misorder
+    (RAW_BITS), groups closer than the fast keys' error."""
     if FMA_KEYS:
         flags = flags | (tl.max(fma_band.to(tl.int32), axis=0) > 0)
-    if DEAD_BY_ROW:
+    if NAN_DEAD:
+        flags = flags | (hi_max > 0x7F800000)  # a NaN key: +inf's bits are 0x7F800000
+    elif DEAD_BY_ROW:
         flags = flags | (tl.max(row_dead.to(tl.int32), axis=0) > 0)
     if RAW_BITS:
         flags = flags | (hi_max < span)
@@ -1219,6 +1242,7 @@ def _route_kernel(
     WINNERS_IN_REGS: tl.constexpr,  # one row a thread, logit keys: the winners' logits from registers, not a reload
     SCALAR_CHECKS: tl.constexpr,  # one row a program: the rounds' checks on their scalars as they come (small T)
     KEPT_ONLY: tl.constexpr,  # one row a program, groups kept in the words: the rounds run on the kept groups' lanes
+    NAN_DEAD_OK: tl.constexpr,  # fast keys: dead lanes found by their NaN keys, not the row's logit sum (NAN_DEAD)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
@@ -1324,7 +1348,11 @@ def _route_kernel(
             b = 0.0
         if HAS_BIAS:
             if APPROX_KEYS and (SCORING == 2):
-                bias_mag = tl.max(tl.max(tl.abs(b), axis=1), axis=0)  # bounds a score by its key
+                # The largest |bias| bounds a score by its key: a max of the magnitudes' bits, one REDUX across the
+                # warp where a float max took five shuffles and maxes (SASS: 26 -> 14 instructions, DeepSeek-V4). A NaN
+                # bias makes it NaN, and every margin check then fails: the exact path takes those rows.
+                b_bits = b.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+                bias_mag = tl.max(tl.max(b_bits, axis=1), axis=0).to(tl.float32, bitcast=True)
         if TILE_WEIGHTS and HAS_EXPERT_SCALE:
             scale_lane = tl.load(expert_scale_ptr + col2.to(tl.int64) * expert_scale_stride, mask=ok2,
                                  other=1.0).to(tl.float32)
@@ -1351,6 +1379,10 @@ def _route_kernel(
         # in the wrong order (_group_keep's raw_bad) are sent to the exact path.
         KEEP_IN_WORDS: tl.constexpr = (BLOCK_M == 1) and (not TRUNCATE_WORDS) and (N_GROUP > 1) and (not GROUP_ZERO)
         RAW_BITS: tl.constexpr = DEAD_BY_ROW and (not APPROX_REPAIR) and ((N_GROUP == 1) or KEEP_IN_WORDS)
+        # ... and on the fast keys a dead lane needs no row sum: a logit that is NaN or +-inf gives a NaN key (one FMA a
+        # lane, _nan_unless_finite), whose bits top every key's, so the row's best key bits (or a kept group's top:
+        # a NaN group score ranks first) say it (SASS: 20 -> 9 instructions a row; the sum's shuffles gone).
+        NAN_DEAD: tl.constexpr = RAW_BITS and APPROX_KEYS and NAN_DEAD_OK
         dead_keys = dead
         # The row flags' defaults where their paths are off (_row_flags reads only those that are on).
         row_dead = tl.zeros([BLOCK_M], dtype=tl.int1)
@@ -1360,10 +1392,12 @@ def _route_kernel(
         dropped_max = kept_min
         if DEAD_BY_ROW:
             dead_keys = ok2 == 0
-            x_sum = tl.sum(tl.where(ok2, x_raw, 0.0), axis=1)  # [BM]
-            row_dead = (x_sum - x_sum) != 0.0  # NaN, not 0, where the sum is not finite
+            if not NAN_DEAD:
+                x_sum = tl.sum(tl.where(ok2, x_raw, 0.0), axis=1)  # [BM]
+                row_dead = (x_sum - x_sum) != 0.0  # NaN, not 0, where the sum is not finite
         key, s_lane, hi = _key_bits(x_key, dead_keys, ok2, row_max[:, None], row_sum[:, None], b, SCORING,
-                                    SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_KEYS, RAW_BITS)
+                                    SELECT_LOGITS or LOGIT_KEYS, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_KEYS, RAW_BITS,
+                                    NAN_DEAD)
         if FMA_KEYS:
             fma_band = _fma_band(x_raw, SCORING, 1)  # [BM]: those rows redo their keys with div_rn / sqrt_rn
         inv = (-lane) + (BLOCK_W - 1)  # [BW] larger for lower lanes: ties go to the lower id
@@ -1397,7 +1431,7 @@ def _route_kernel(
                                               logit_scale, softcap, HAS_SCALE, HAS_SOFTCAP, ACCURATE)
                 b_c = _load_bias(bias_ptr, lane_c[None, :], bias_stride, ok_c) if HAS_BIAS else 0.0
                 _key_c, _s_c, hi = _key_bits(x_c, ok_c == 0, ok_c, row_max[:, None], row_sum[:, None], b_c, SCORING,
-                                             False, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_KEYS, RAW_BITS)
+                                             False, HAS_BIAS, APPROX_KEYS, ACCURATE, FMA_KEYS, RAW_BITS, NAN_DEAD)
                 allowed = ok_c
                 inv_w = ((BLOCK_W - 1) - lane_c)[None, :]
                 hi_max = tl.max(tl.max(hi, axis=1), axis=0)
@@ -1435,7 +1469,7 @@ def _route_kernel(
                 # reduced while the words are built, not after the rounds.
                 row_flags = _row_flags(hi_max != hi_max, hi_max, span, fma_band, row_dead, raw_bad, kept_min,
                                        dropped_max, bias_mag, SCORING, N_GROUP, FMA_KEYS, DEAD_BY_ROW, RAW_BITS,
-                                       KEEP_IN_WORDS, APPROX_KEYS)
+                                       KEEP_IN_WORDS, APPROX_KEYS, NAN_DEAD)
                 best = tl.where(row_flags, INT32_MIN, best)
             wk = tl.where(f_col == 0, best, INT32_MIN)  # round i's word at i
             ROUNDS: tl.constexpr = K + 2 if APPROX_REPAIR else (K + 1 if (DIST_SHIFT > 0 or APPROX_KEYS or LOGIT_KEYS)
@@ -1488,7 +1522,7 @@ def _route_kernel(
             else:  # (the row's flags after the rounds here: reduced before them, they took a register more)
                 ambiguous = _row_flags(tl.max(amb.to(tl.int32), axis=0) > 0, hi_max, span, fma_band, row_dead,
                                        raw_bad, kept_min, dropped_max, bias_mag, SCORING, N_GROUP, FMA_KEYS,
-                                       DEAD_BY_ROW, RAW_BITS, KEEP_IN_WORDS, APPROX_KEYS)
+                                       DEAD_BY_ROW, RAW_BITS, KEEP_IN_WORDS, APPROX_KEYS, NAN_DEAD)
             e_ids = tl.where(cur, (BLOCK_W - 1) - (wk & (BLOCK_W - 1)), 0)  # lanes
             if APPROX_REPAIR:
                 repair = (tl.max(close_any.to(tl.int32), axis=0) > 0) & (ambiguous == 0)
