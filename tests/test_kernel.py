@@ -1464,6 +1464,37 @@ def test_bias_early_routes_bit_for_bit_like_without(monkeypatch):
     assert fast_keys >= (6 if FULL else 3)
 
 
+@pytest.mark.parametrize("kept_only", [True, False], ids=["kept-only", "all-lanes"])
+def test_fast_keys_groups_an_ulp_apart_at_the_kept_boundary(kept_only, monkeypatch):
+    """Fast keys rank the groups on 32-bit words whose low log2(BLOCK_G) bits hold the group (_group_keep's
+    NEAR_WORDS): groups whose scores differ by less than 2**log2(BLOCK_G) ulps rank by id there. A row whose group
+    ranked TOPK_GROUP-th is beaten by one ulp by a higher-id dropped one must go to the exact path (the kept /
+    dropped margin) and keep the higher group, as the reference does. Logits 0 score exactly 0.5 on the fast keys
+    (ex2 of 0 is 1, the reciprocal of 2 is 0.5), so the biases set the keys to the bit: group 1 sums 1.5 + 0.5 = 2,
+    group 2 1.25 + (0.75 + 2**-22) = 2 + 2**-22, one ulp more; group 0 (1.625 + 1.375) is kept, group 3 dropped.
+    The third row's group 2 scores below group 1 by far: it stays on the fast path."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    monkeypatch.setattr(kr, "approx_keys_override", True)
+    monkeypatch.setattr(kr, "kept_only_override", kept_only)
+    config = RouterConfig(32, 4, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2)
+    keys = torch.full((32,), 0.125)
+    keys[[0, 1]] = torch.tensor([1.625, 1.375])
+    keys[[8, 9]] = torch.tensor([1.5, 0.5])
+    keys[[16, 17]] = torch.tensor([1.25, 0.75 + 2.0 ** -22])
+    keys[[24, 25]] = torch.tensor([0.375, 0.25])
+    bias = (keys - 0.5).to(DEVICE)
+    assert (bias + 0.5 == keys.to(DEVICE)).all()  # the keys exactly
+    logits = torch.zeros(3, 32)
+    logits[2, 16:18] = torch.tensor([-0.25, -0.125])  # group 2 sums ~1.91 here
+    logits = logits.to(DEVICE)
+    got, _ = run_both(logits, config, bias=bias)
+    assert got.ids[0].tolist() == [0, 1, 16, 17]  # group 2 kept, not group 1
+    _, (redo, repaired, n) = _counted(logits, config, bias=bias)
+    assert (redo, repaired, n) == (2, 0, 3)
+
+
 def test_kept_only_where_the_launcher_takes_it(monkeypatch):
     """KEPT_ONLY (the rounds on the kept groups' lanes): one row a program with groups excluded in the words, kept by
     counting, groups as wide as their tile, on fast keys (FMA keys where forced); never zero fill, one group, padded

@@ -524,7 +524,7 @@ def _top2_combine(a1, a2, b1, b2):
 @triton.jit
 def _group_keep(hi, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.constexpr, N_GROUP: tl.constexpr,
                 TOPK_GROUP: tl.constexpr, GROUP_MAX: tl.constexpr, GROUP_BY_COUNT: tl.constexpr,
-                RAW_BITS: tl.constexpr = False, SLOTS: tl.constexpr = False):
+                RAW_BITS: tl.constexpr = False, SLOTS: tl.constexpr = False, NEAR_WORDS: tl.constexpr = False):
     """Step 4's choice of groups from the exact 32-bit key bits (padding lanes at INT32_MIN).
 
     The group's top key, and for top2_sum its second key, which is the top key again when that appears
@@ -536,6 +536,11 @@ def _group_keep(hi, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.c
     whether a group score may be wrong under RAW_BITS (raw key bits, _key_bits): a group whose top or, for
     top2_sum, second key is below +0.0, where raw bits do not order the keys. SLOTS (GROUP_BY_COUNT, BLOCK_G <= 16):
     also, per row, the kept groups by rank in one word, the 4-bit field r holding the group ranked r (0 the best).
+    NEAR_WORDS (where the caller checks the kept / dropped margin, kept_min against dropped_max, as the fast keys
+    do): the groups are ranked on 32-bit words, the score's order bits with the inverted group in their low
+    log2(BLOCK_G) bits, not on 64-bit ones. Two groups ranked out of order there have scores within 2**log2(BLOCK_G)
+    ulps; if one is kept and the other dropped, the margin fails (it is far wider), so the kept set is the exact
+    one wherever the row stays on the fast path; the order among the kept groups does not matter there.
     """
     hi3 = tl.reshape(hi, [BLOCK_M, BLOCK_G, BLOCK_GS])
     if GROUP_MAX:
@@ -557,10 +562,14 @@ def _group_keep(hi, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_GS: tl.c
         raw_bad = tl.min(tl.where(g_ok, low, 0), axis=1) < 0  # [BM]: a group key below +0.0 (its bits negative)
     else:
         raw_bad = tl.zeros([BLOCK_M], dtype=tl.int1)
-    # 64-bit (score, inverted group) words: equal scores go to the lower group.
-    group_word = tl.where(
-        g_ok, (_order_bits(group_score).to(tl.int64) << 32) | ((-g) + LOW_BASE).to(tl.int64), INT64_MIN
-    )  # [BM, BG]
+    if NEAR_WORDS:
+        tl.static_assert(BLOCK_G <= 16)
+        group_word = tl.where(g_ok, (_order_bits(group_score) & (-BLOCK_G)) | ((BLOCK_G - 1) - g), INT32_MIN)
+    else:
+        # 64-bit (score, inverted group) words: equal scores go to the lower group.
+        group_word = tl.where(
+            g_ok, (_order_bits(group_score).to(tl.int64) << 32) | ((-g) + LOW_BASE).to(tl.int64), INT64_MIN
+        )  # [BM, BG]
     if GROUP_BY_COUNT:
         # A group is kept when fewer than TOPK_GROUP groups beat it: no chain of reductions.
         above = tl.sum((group_word[:, None, :] > group_word[:, :, None]).to(tl.int32), axis=2)
@@ -1411,7 +1420,8 @@ def _route_kernel(
             tl.static_assert(not KEPT_ONLY or (DEAD_BY_ROW and GROUP_BY_COUNT and GROUP_SIZE == BLOCK_GS
                                                and BLOCK_G <= 16 and TOPK_GROUP <= 8))
             kept, kept_min, dropped_max, top1, raw_bad, slots = _group_keep(
-                hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP, TOPK_GROUP, GROUP_MAX, GROUP_BY_COUNT, RAW_BITS, KEPT_ONLY)
+                hi, BLOCK_M, BLOCK_G, BLOCK_GS, N_GROUP, TOPK_GROUP, GROUP_MAX, GROUP_BY_COUNT, RAW_BITS, KEPT_ONLY,
+                APPROX_KEYS and GROUP_BY_COUNT and BLOCK_G <= 16)
             if KEPT_ONLY:
                 # The rounds on the kept groups' lanes only (TOPK_GROUP of N_GROUP: half the lanes for DeepSeek-V3),
                 # packed by the groups' rank: their logits and bias read again (L1 hits) and their keys computed
