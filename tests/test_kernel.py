@@ -1495,6 +1495,27 @@ def test_fast_keys_groups_an_ulp_apart_at_the_kept_boundary(kept_only, monkeypat
     assert (redo, repaired, n) == (2, 0, 3)
 
 
+def test_rows_in_range_only_for_one_row_a_program(monkeypatch):
+    """ROWS_IN_RANGE (no row mask on the loads and stores) only where every program's rows are < T: one row a
+    program with T >= 1. A launch of T = 0 runs one program whose row is past the end, and packed rows, one row a
+    thread and split rows have programs that pass T."""
+    import moegate.kernels.router as kr
+
+    dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    bias = torch.zeros(256)
+    for T in (1, 7, 4096):
+        assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=bias)["ROWS_IN_RANGE"] is True
+    assert _launch_kwargs(torch.empty(0, 256), dsv3, bias=bias)["ROWS_IN_RANGE"] is False
+    mixtral = RouterConfig(8, 2, renormalize=True)
+    assert _launch_kwargs(torch.empty(64, 8), mixtral)["ROWS_IN_RANGE"] is False  # one row a thread
+    assert _launch_kwargs(torch.empty(8192, 128), RouterConfig(128, 8, renormalize=True))["ROWS_IN_RANGE"] is False
+    monkeypatch.setattr(kr, "launch_override", (2, 1))
+    assert _launch_kwargs(torch.empty(64, 256), dsv3, bias=bias)["ROWS_IN_RANGE"] is False
+    # T = 0 and an odd T with two rows a program route like the reference (nothing read past the end).
+    for T in (0, 3):
+        run_both(torch.randn(T, 256).to(DEVICE), dsv3, bias=bias.to(DEVICE))
+
+
 def test_kept_only_where_the_launcher_takes_it(monkeypatch):
     """KEPT_ONLY (the rounds on the kept groups' lanes): one row a program with groups excluded in the words, kept by
     counting, groups as wide as their tile, on fast keys (FMA keys where forced); never zero fill, one group, padded

@@ -577,7 +577,7 @@ def _launch(
                                                               else split_pair_exact_override)),
         FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None, FMA_KEYS=fma_keys,
         BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs, SCALAR_CHECKS=scalar_checks,
-        KEPT_ONLY=kept_only, NAN_DEAD_OK=nan_dead_override is not False,
+        KEPT_ONLY=kept_only, NAN_DEAD_OK=nan_dead_override is not False, ROWS_IN_RANGE=spec.block_m == 1 and T >= 1,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )
