@@ -183,9 +183,16 @@ def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTH
         return desc, (f"{int(differ.sum())} of {T} rows differ from the reference (row {r}: kernel {gi[r].tolist()} "
                       f"reference {wi[r].tolist()})")
     rows = (differ | undefined).nonzero().flatten()
-    for lo in range(0, len(rows), 4096):  # every such row through check_routing: near-ties forgiven, nothing else
-        part = rows[lo:lo + 4096]
+    # check_routing numbers the rows it is given as tokens 0, 1, ...; round robin gives token t replica t % count, so
+    # with a placement (and a policy other than "first") the rows go in as the launch's prefix up to the last of them,
+    # not gathered (seed 60587 on the CPU: a +inf row 15 gathered as row 0 took "the wrong replica").
+    by_token = layout.placement is not None and layout.replica_policy != "first"
+    parts = ([torch.arange(int(rows.max()) + 1, device=rows.device)] if by_token and len(rows)
+             else [rows[lo:lo + 4096] for lo in range(0, len(rows), 4096)])
+    for part in parts:  # every such row through check_routing: near-ties forgiven, nothing else
         sub = {k: (v[part] if k == "token_ids" else v).cpu() for k, v in kw.items() if k != "num_valid_tokens"}
+        if by_token and nv is not None:
+            sub["num_valid_tokens"] = min(int(nv), len(part))
         found = check_routing(gw[part].cpu(), gi[part].cpu(), config, layout, logits=logits[part].cpu(),
                               home_rank=home_rank, **sub)
         if found:
