@@ -1495,6 +1495,78 @@ def test_fast_keys_groups_an_ulp_apart_at_the_kept_boundary(kept_only, monkeypat
     assert (redo, repaired, n) == (2, 0, 3)
 
 
+@pytest.mark.parametrize("kept_only", [True, False], ids=["kept-only", "all-lanes"])
+@pytest.mark.parametrize("scalar", [True, False], ids=["scalar-checks", "vector-checks"])
+def test_fast_keys_dead_lanes_in_every_form(kept_only, scalar, monkeypatch):
+    """Dead lanes on the fast keys (NAN_DEAD: NaN keys from x * 0 + x) across grouped sigmoid / sqrt-softplus rows
+    (top2_sum and max, 8 and 16 groups, padded groups), ungrouped rows, the rounds on the kept lanes or on all, and
+    both forms of the checks: NaN, -inf and +inf logits, a row of NaN every fifth lane, an all-NaN row, a negative NaN
+    (bits 0xFFC00000), dead lanes in more groups than topk_group keeps; every row against the reference. (A review of
+    the change, 2026-12-04; on the GPU this also checks the sqrt-softplus keys' NaN-propagating min / max, which the
+    interpreter's numpy min / max always are.)"""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    monkeypatch.setattr(kr, "approx_keys_override", True)
+    monkeypatch.setattr(kr, "kept_only_override", kept_only)
+    monkeypatch.setattr(kr, "scalar_checks_override", scalar)
+    g = torch.Generator().manual_seed(1)
+    negative_nan = torch.tensor([-4194304], dtype=torch.int32).view(torch.float32)[0]  # 0xFFC00000
+    for config in (
+        RouterConfig(64, 4, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4),
+        RouterConfig(64, 6, scoring="sqrtsoftplus", has_correction_bias=True, n_group=8, topk_group=3,
+                      group_score="max"),
+        RouterConfig(64, 4, scoring="sqrtsoftplus", has_correction_bias=True, n_group=16, topk_group=5),
+        RouterConfig(48, 4, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2),  # padded groups
+        RouterConfig(40, 5, scoring="sqrtsoftplus", has_correction_bias=True),
+    ):
+        E = config.num_scored
+        logits = torch.randn(8, E, generator=g) * 2
+        bias = torch.randn(E, generator=g) * (0.3 if config.scoring == "sigmoid" else 1.5)
+        logits[0, 3] = float("nan")
+        logits[1, E - 1] = float("-inf")
+        if config.scoring == "sigmoid":
+            logits[2, 7] = float("inf")  # scores 1.0 (sqrt-softplus's inf makes the weights NaN: outside the domain)
+        logits[3, ::5] = float("nan")
+        logits[4] = float("nan")
+        logits[5, 0] = negative_nan
+        logits[6, [1, 17, 33]] = float("nan")  # three groups with a dead lane (topk_group keeps fewer for some)
+        run_both(logits.to(DEVICE), config, bias=bias.to(DEVICE))
+
+
+def test_fast_keys_sixteen_groups_apart_within_a_bucket(monkeypatch):
+    """NEAR_WORDS with 16 groups (4 low bits of the group words hold the group): the third and the fourth group by
+    score lie 7 ulps apart in one 16-ulp bucket, the lower-id one below; the higher one must be kept, as the
+    reference keeps it (the margin sends the row to the exact path), and gives two of the six winners. Logits 0
+    score exactly 0.5 on the fast keys. Checked to fail without the kept / dropped margin."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    monkeypatch.setattr(kr, "approx_keys_override", True)
+    config = RouterConfig(64, 6, scoring="sigmoid", has_correction_bias=True, n_group=16, topk_group=3)
+    bucket = torch.tensor([2.0]).view(torch.int32)[0].item() & ~15
+
+    def bits(b):
+        return torch.tensor([b], dtype=torch.int32).view(torch.float32)[0].item()
+
+    for kept_only in (True, False):
+        monkeypatch.setattr(kr, "kept_only_override", kept_only)
+        # Winners far apart (the fast path's own margins pass): only the groups' margin can send the row to the
+        # exact path.
+        keys = torch.full((64,), 0.0625)
+        keys[[0, 1]] = torch.tensor([1.75, 1.25])  # group 0 first (3.0)
+        keys[[4, 5]] = torch.tensor([1.5, 1.0])  # group 1 second (2.5)
+        low, high = bits(bucket + 2), bits(bucket + 9)  # 7 ulps apart, one bucket
+        keys[[8, 9]] = torch.tensor([1.3125, low - 1.3125])  # group 2
+        keys[[36, 37]] = torch.tensor([1.375, high - 1.375])  # group 9: kept
+        assert keys[8] + keys[9] == low and keys[36] + keys[37] == high
+        logits = torch.zeros(2, 64)
+        logits[1, 36:38] = -3.0  # group 9 far below: group 2 kept, on the fast path
+        got, _ = run_both(logits.to(DEVICE), config, bias=(keys - 0.5).to(DEVICE))
+        assert got.ids[0].tolist() == [0, 4, 36, 1, 5, 37]  # the third and the sixth from group 9, not group 2
+        assert got.ids[1].tolist() == [0, 4, 8, 1, 5, 9]
+
+
 def test_rows_in_range_only_for_one_row_a_program(monkeypatch):
     """ROWS_IN_RANGE (no row mask on the loads and stores) only where every program's rows are < T: one row a
     program with T >= 1. A launch of T = 0 runs one program whose row is past the end, and packed rows, one row a
