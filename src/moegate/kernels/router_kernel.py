@@ -1278,7 +1278,7 @@ def _route_kernel(
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
     if ROWS_IN_RANGE:
         # Every row of the launch is < T (one row a program, T >= 1): no mask, so the loads need no predicate and
-        # their registers no -inf defaults (SASS: 13 instructions a DeepSeek-V3 row at T = 65536).
+        # their registers no -inf defaults (SASS: 20 instructions a DeepSeek-V3 row at T = 65536).
         row_ok = tl.full([BLOCK_M], 1, tl.int1)
     else:
         row_ok = rows < num_tokens
@@ -1479,8 +1479,8 @@ def _route_kernel(
             else:
                 # (max(hi, base) - base) * 2**LANE_BITS + inv as max(hi, base) * 2**LANE_BITS + (inv - base *
                 # 2**LANE_BITS): the same bits (int32 arithmetic wraps), a max and an IMAD a lane with the lane's
-                # constant once a row, where the subtraction, the shift and the OR took three (SASS: 8 instructions
-                # a DeepSeek-V4 row).
+                # constant once a row, where the subtraction, the shift and the OR took three (SASS: 3-8 instructions
+                # a row, DeepSeek-V4 / Kimi-K2).
                 word = tl.maximum(hi, base) * (1 << LANE_BITS) + (inv_w - base * (1 << LANE_BITS))
             fast = tl.where(allowed, word, INT32_MIN)  # [1, BW] (KEPT_ONLY: [1, BC])
             f_col = tl.arange(0, BLOCK_KC)
