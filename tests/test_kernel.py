@@ -1495,6 +1495,28 @@ def test_fast_keys_groups_an_ulp_apart_at_the_kept_boundary(kept_only, monkeypat
     assert (redo, repaired, n) == (2, 0, 3)
 
 
+@pytest.mark.parametrize("keys", ["fma", "fast"])
+def test_a_dead_lane_above_every_key_with_top_1(keys, monkeypatch):
+    """Top-1 rows on FMA or fast keys whose NaN or +-inf logit leaves the NaN key above every other (NAN_DEAD): the
+    NaN lane wins the only round, and with K = 1 on the FMA keys no other check sees it (no margin, and the winner's
+    distance is not clamped), so the row flag alone must send the row to the exact path, which takes the best live
+    expert as the reference does. Checked to fail without the flag."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    monkeypatch.setattr(kr, "approx_keys_override", keys == "fast")
+    monkeypatch.setattr(kr, "fma_keys_override", keys == "fma")
+    for scoring in ("sigmoid", "sqrtsoftplus"):
+        config = RouterConfig(64, 1, scoring=scoring, has_correction_bias=True)
+        logits = tie_free_logits(4, 64, seed=3).cpu()
+        logits[0, 9] = float("nan")
+        logits[1, 40] = float("-inf")
+        logits[2, 63] = float("nan")
+        bias = torch.linspace(-0.2, 0.2, 64)
+        got, _ = run_both(logits.to(DEVICE), config, bias=bias.to(DEVICE))
+        assert got.ids[0, 0] != 9 and got.ids[2, 0] != 63
+
+
 @pytest.mark.parametrize("kept_only", [True, False], ids=["kept-only", "all-lanes"])
 @pytest.mark.parametrize("scalar", [True, False], ids=["scalar-checks", "vector-checks"])
 def test_fast_keys_dead_lanes_in_every_form(kept_only, scalar, monkeypatch):

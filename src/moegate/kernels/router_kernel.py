@@ -412,7 +412,7 @@ def _key_bits(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_L
     RAW_BITS: the key's own bits, which order the keys >= +0.0 alike (see RAW_BITS in _route_kernel).
     NAN_KEYS (fast keys): a logit that is NaN or +-inf gives a NaN key, whose bits lie above every float's."""
     if NAN_KEYS:
-        tl.static_assert(FAST and not SELECT_LOGITS)
+        tl.static_assert((FAST or FMA_KEYS) and not SELECT_LOGITS)
         x = _nan_unless_finite(x, ACCURATE)
     if SELECT_LOGITS:
         key = x
@@ -423,7 +423,10 @@ def _key_bits(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_L
     elif FMA_KEYS and SCORING == 1:
         key = _recip_ge1(1.0 + _exp(-x, ACCURATE), ACCURATE)
     elif FMA_KEYS and SCORING == 2:
-        key = _sqrt_fma(tl.where(x > 20.0, x, _log1p(_exp(tl.minimum(x, 20.0), ACCURATE), ACCURATE)), ACCURATE)
+        # (NAN_KEYS: libdevice's exp and log1p, rsqrt.approx and the FMA keys' reciprocal all return NaN for NaN.)
+        NAN: tl.constexpr = tl.PropagateNan.ALL if NAN_KEYS else tl.PropagateNan.NONE
+        key = _sqrt_fma(tl.where(x > 20.0, x, _log1p(_exp(tl.minimum(x, 20.0, propagate_nan=NAN), ACCURATE), ACCURATE)),
+                        ACCURATE)
     else:
         key = _score(x, row_max, row_sum, SCORING, ACCURATE)
     s = key
@@ -1397,7 +1400,7 @@ def _route_kernel(
         # ... and on the fast keys a dead lane needs no row sum: a logit that is NaN or +-inf gives a NaN key (one FMA a
         # lane, _nan_unless_finite), whose bits top every key's, so the row's best key bits (or a kept group's top:
         # a NaN group score ranks first) say it (SASS: 20 -> 9 instructions a row; the sum's shuffles gone).
-        NAN_DEAD: tl.constexpr = RAW_BITS and APPROX_KEYS and NAN_DEAD_OK
+        NAN_DEAD: tl.constexpr = RAW_BITS and (APPROX_KEYS or FMA_KEYS) and NAN_DEAD_OK
         dead_keys = dead
         # The row flags' defaults where their paths are off (_row_flags reads only those that are on).
         row_dead = tl.zeros([BLOCK_M], dtype=tl.int1)
