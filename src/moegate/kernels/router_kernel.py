@@ -1397,7 +1397,7 @@ def _route_kernel(
         # in the wrong order (_group_keep's raw_bad) are sent to the exact path.
         KEEP_IN_WORDS: tl.constexpr = (BLOCK_M == 1) and (not TRUNCATE_WORDS) and (N_GROUP > 1) and (not GROUP_ZERO)
         RAW_BITS: tl.constexpr = DEAD_BY_ROW and (not APPROX_REPAIR) and ((N_GROUP == 1) or KEEP_IN_WORDS)
-        # ... and on the fast keys a dead lane needs no row sum: a logit that is NaN or +-inf gives a NaN key (one FMA a
+        # ... and on those keys a dead lane needs no row sum: a logit that is NaN or +-inf gives a NaN key (one FMA a
         # lane, _nan_unless_finite), whose bits top every key's, so the row's best key bits (or a kept group's top:
         # a NaN group score ranks first) say it (SASS: 20 -> 9 instructions a row; the sum's shuffles gone).
         NAN_DEAD: tl.constexpr = RAW_BITS and (APPROX_KEYS or FMA_KEYS) and NAN_DEAD_OK
