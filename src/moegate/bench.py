@@ -660,7 +660,7 @@ AB_VARIANTS = {
     "kept-only": {"kept_only_override": True},  # grouped rows: the rounds on the kept groups' lanes only
     "all-lanes": {"kept_only_override": False},  # ... on every lane, the dropped ones excluded in the words
     "approx-all-lanes": {"approx_keys_override": True, "kept_only_override": False},  # fast keys, every lane
-    "row-sum-dead": {"nan_dead_override": False},  # fast keys: dead lanes by the row's logit sum, not NaN keys
+    "row-sum-dead": {"nan_dead_override": False},  # fast / FMA keys: dead lanes by the logit sum, not NaN keys
 }
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM.
 for _n in (40, 48, 52, 56, 60, 64):

@@ -220,8 +220,8 @@ scalar_checks_override: bool | None = None
 # --ab-variants kept-only,all-lanes).
 KEPT_ONLY = True
 kept_only_override: bool | None = None
-# One row a program on the fast keys finds a row's dead lanes (NaN, +-inf logits) by the NaN key they leave at the top
-# of its key bits (the kernel's NAN_DEAD; one FMA a lane), not by the row's logit sum: forced off (tests, the
+# One row a program on the fast or FMA keys finds a row's dead lanes (NaN, +-inf logits) by the NaN key they leave at
+# the top of its key bits (the kernel's NAN_DEAD; one FMA a lane), not by the row's logit sum: forced off (tests, the
 # benchmark's A/B: --ab-variants row-sum-dead) or the default (None: on).
 nan_dead_override: bool | None = None
 # Arguments that the launch's constexprs turn off (absent tensors and their strides, unused scalars) are passed as
