@@ -410,7 +410,7 @@ def _key_bits(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_L
     """Step 3: (key, unbiased score, order-preserving key bits with padding lanes at INT32_MIN). FMA_KEYS:
     sigmoid / sqrt-softplus keys by _recip_ge1 / _sqrt_fma, exact on rows that _fma_band does not flag.
     RAW_BITS: the key's own bits, which order the keys >= +0.0 alike (see RAW_BITS in _route_kernel).
-    NAN_KEYS (fast keys): a logit that is NaN or +-inf gives a NaN key, whose bits lie above every float's."""
+    NAN_KEYS (fast or FMA keys): a logit that is NaN or +-inf gives a NaN key, whose bits lie above every float's."""
     if NAN_KEYS:
         tl.static_assert((FAST or FMA_KEYS) and not SELECT_LOGITS)
         x = _nan_unless_finite(x, ACCURATE)
@@ -1254,7 +1254,7 @@ def _route_kernel(
     WINNERS_IN_REGS: tl.constexpr,  # one row a thread, logit keys: the winners' logits from registers, not a reload
     SCALAR_CHECKS: tl.constexpr,  # one row a program: the rounds' checks on their scalars as they come (small T)
     KEPT_ONLY: tl.constexpr,  # one row a program, groups kept in the words: the rounds run on the kept groups' lanes
-    NAN_DEAD_OK: tl.constexpr,  # fast keys: dead lanes found by their NaN keys, not the row's logit sum (NAN_DEAD)
+    NAN_DEAD_OK: tl.constexpr,  # fast / FMA keys: dead lanes by their NaN keys, not the row's logit sum (NAN_DEAD)
     ROWS_IN_RANGE: tl.constexpr,  # every program's rows are < T (the launcher: one row a program, T >= 1)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
