@@ -1,6 +1,6 @@
 """The fused kernel against the fp32 reference on random configs, layouts and inputs, up to T = 65536, on a GPU.
 
-    python scripts/gpu_fuzz.py [--seconds 240] [--seed 0] [--max-tokens 65536] [--cases N]
+    python scripts/gpu_fuzz.py [--seconds 240] [--seed 0] [--max-tokens 65536] [--cases N] [--force-paths]
 
 The kernel tests run a fixed grid on tie-free logits (multiples of 1/32) and biases in steps of 1/64, at T <= 1024.
 The launcher takes other paths at large T (fast keys from T * lanes >= 2^24, the kept-groups rounds, split rows,
@@ -18,11 +18,18 @@ The kernel writes into poisoned outputs; every element must be written, every ro
 (a row that differs is run through check_routing, which forgives near-ties within rtol 1e-5 of the keys and nothing
 else; a row with a +inf logit, outside the contract's domain, needs only K distinct valid ids), and the weights must
 be within 1e-6 relative of the reference's (4e-6 for p-norms, and for softcaps, whose tanh is not torch's).
+With --force-paths each case also draws the launcher's overrides (keys, checks, rounds, launch shape: PATH_KNOBS), so
+that small launches take the paths the launcher keeps for large T (fast keys, kept-groups rounds, NaN-key dead lanes)
+and the ones it has dropped: on the CPU, where T stays small, that is the only way the interpreter sees them. Every
+override only forces its path where the launch can take it; the closing summary counts the kernel's constexprs as
+launched (APPROX_KEYS, KEPT_ONLY, ...), not what was drawn.
+
 A failing case prints how to rebuild it (its seed); the exit status is the number of failing cases (capped at 100).
 """
 
 import argparse
 import collections
+import contextlib
 import random
 import sys
 import time
@@ -35,6 +42,81 @@ from moegate.reference import outside_domain
 
 WIDTHS = (8, 16, 32, 60, 64, 72, 96, 128, 160, 256, 288, 384, 512, 640, 896, 1024)
 TOKENS = (1, 2, 7, 33, 64, 200, 1000, 2048, 4096, 5000, 8192, 16384, 32768, 65536)
+
+# --force-paths: the launcher's overrides (moegate.kernels.router) and the values a case draws for each; None is the
+# launcher's own choice. Each is a path the kernel keeps, forced where the launch can take it and ignored elsewhere;
+# launch_override and split_rows_override are refused (ValueError) where they cannot apply, and are then dropped.
+PATH_KNOBS = {
+    "approx_keys_override": (None, True, False),
+    "approx_repair_override": (None, None, True),
+    "fma_keys_override": (None, True, False),
+    "logit_keys_override": (None, None, False),
+    "force_exact_override": (False,) * 7 + (True,),
+    "thread_rows_override": (None, None, False),
+    "split_rows_override": (None, None, 0, 2, 4, 8, 16),
+    "split_pair_exact_override": (None, True, False),
+    "tile_weights_override": (None, True, False),
+    "bias_early_override": (None, True, False),
+    "winners_in_regs_override": (None, True, False),
+    "scalar_checks_override": (None, True, False),
+    "kept_only_override": (None, True, False),
+    "nan_dead_override": (None, None, False),
+    "lean_params_override": (None, None, False),
+    "launch_override": (None, None, (1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (4, 1), (64, 2)),
+}
+# The kernel's constexprs that name a path (--force-paths counts each launch's).
+PATH_FLAGS = ("APPROX_KEYS", "APPROX_REPAIR", "FMA_KEYS", "LOGIT_KEYS", "FORCE_EXACT", "TILE_WEIGHTS", "BIAS_EARLY",
+              "WINNERS_IN_REGS", "SCALAR_CHECKS", "KEPT_ONLY", "PAIR_EXACT")
+
+
+def draw_paths(seed: int) -> dict:
+    """A case's overrides (its own stream: the case's config, layout and inputs are those of the same seed without)."""
+    rng = random.Random(f"paths/{seed}")
+    return {name: rng.choice(values) for name, values in PATH_KNOBS.items()}
+
+
+@contextlib.contextmanager
+def forced(paths: dict):
+    """The launcher's overrides set to ``paths`` inside, restored after."""
+    saved = {name: getattr(kr, name) for name in paths}
+    try:
+        for name, value in paths.items():
+            setattr(kr, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(kr, name, value)
+
+
+@contextlib.contextmanager
+def launches_seen():
+    """The keyword arguments (constexprs) of every kernel launch inside, in a list."""
+    kernel, seen = kr.rk._route_kernel, []
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                seen.append(kwargs)
+                return kernel[grid](*args, **kwargs)
+            return launch
+
+    kr.rk._route_kernel = Spy()
+    try:
+        yield seen
+    finally:
+        kr.rk._route_kernel = kernel
+
+
+def launch_tags(kwargs: dict) -> list[str]:
+    """A launch's path from its constexprs: the row layout, then each path flag that is on."""
+    if kwargs["THREAD_ROWS"]:
+        layout = "thread-rows"
+    elif kwargs["SPLIT_ROWS"]:
+        layout = f"split-rows-{kwargs['SPLIT_ROWS']}"
+    else:
+        layout = f"rows-on-warps-{kwargs['BLOCK_M']}x{kwargs['num_warps']}"
+    tags = [layout] + [flag for flag in PATH_FLAGS if kwargs[flag]]
+    return tags + ["ROW_SUM_DEAD"] * (not kwargs["NAN_DEAD_OK"])
 
 
 def draw_config(rng: random.Random, max_width: int) -> RouterConfig:
@@ -133,26 +215,25 @@ def draw_inputs(rng: random.Random, config: RouterConfig, T: int, device: str) -
 
 
 def case_tags(seed: int, max_tokens: int, max_width: int = max(WIDTHS), min_tokens: int = 1) -> list[str]:
-    """What a case covers (the run's closing summary counts these): the case is drawn again from its seed, as
-    run_case draws it, and the launcher's own choices name its path."""
+    """What a case covers (the run's closing summary counts these with its launch's launch_tags): the case is drawn
+    again from its seed, as run_case draws it."""
     rng = random.Random(seed)
     config = draw_config(rng, max_width)
     draw_layout(rng, config)
     T = rng.choice([t for t in TOKENS if min_tokens <= t <= max_tokens])
     bg, bgs = kr._tile_shape(config)
-    split = kr._split_threads(config, T)
-    path = ("thread-rows" if kr._use_thread_rows(config) else f"split-rows-{split}" if split
-            else "rows-on-warps-{}x{}".format(*kr._launch_shape(T, bg * bgs)))
-    tags = [path, config.scoring, "grouped" if config.n_group > 1 else "ungrouped",
+    tags = [config.scoring, "grouped" if config.n_group > 1 else "ungrouped",
             "preset" if config in {preset(n) for n in preset_names()} else "drawn"]
     tags += ["T>=4096"] * (T >= 4096) + ["T*lanes>=2^24"] * (T * bg * bgs >= kr.APPROX_KEYS_MIN_LANE_ROWS)
     tags += ["hash"] * (config.routing == "hash") + ["logits-selection"] * (config.selection == "logits")
     return tags
 
 
-def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTHS),
-             min_tokens: int = 1) -> tuple[str, str | None]:
-    """(description, None) when the kernel routes like the reference, else (description, what differs)."""
+def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTHS), min_tokens: int = 1,
+             paths: dict | None = None, seen: list | None = None) -> tuple[str, str | None]:
+    """(description, None) when the kernel routes like the reference, else (description, what differs). ``paths``:
+    the launcher's overrides for the kernel's launch (an override the launcher refuses for this case is dropped);
+    ``seen`` gets the launch's constexprs."""
     rng = random.Random(seed)
     config = draw_config(rng, max_width)
     layout, home_rank = draw_layout(rng, config)
@@ -165,7 +246,25 @@ def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTH
     width = config.top_k + layout.num_shared_columns(config.num_shared_experts)
     out = (torch.full((T, width), float("nan"), device=device), torch.full((T, width), -7, dtype=torch.int32,
                                                                           device=device))
-    got = route(logits, config, layout, backend="triton", out=out, home_rank=home_rank, **kw)
+    paths = dict(paths or {})
+    while True:
+        try:
+            with forced(paths), launches_seen() as launched:
+                got = route(logits, config, layout, backend="triton", out=out, home_rank=home_rank, **kw)
+            break
+        except ValueError as exc:  # an override this launch cannot take: the case runs without it
+            refused = [name for name in paths if paths[name] is not None and f"{name}=" in str(exc)]
+            if not refused:
+                raise
+            for name in refused:
+                paths[name] = None
+    if seen is not None:
+        seen.extend(launched)
+    forced_now = {name: value for name, value in paths.items() if value not in (None, False)
+                  or (value is False and name != "force_exact_override")}
+    if forced_now:
+        desc += " forced " + " ".join(f"{name.removesuffix('_override')}={value}" for name, value in
+                                     sorted(forced_now.items()))
     want = route(logits, config, layout, backend="reference", home_rank=home_rank, **kw)
     gw, gi, ww, wi = got.weights, got.ids, want.weights.float(), want.ids
     if (gi == -7).any():
@@ -226,16 +325,21 @@ def main(argv=None) -> int:
                    help="widest logits row drawn (experts + zero experts)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    help="cpu: the kernel under TRITON_INTERPRET=1 (set it before starting; keep --max-tokens small)")
+    p.add_argument("--force-paths", action="store_true",
+                   help="each case also draws the launcher's overrides (PATH_KNOBS): keys, checks, launch shape")
     a = p.parse_args(argv)
     start, failures, n, covered = time.time(), [], 0, collections.Counter()
     while time.time() - start < a.seconds and (a.cases is None or n < a.cases):
         seed = a.seed + n
         n += 1
+        seen = []
         try:
-            desc, problem = run_case(seed, a.max_tokens, a.device, a.max_width, a.min_tokens)
+            desc, problem = run_case(seed, a.max_tokens, a.device, a.max_width, a.min_tokens,
+                                     draw_paths(seed) if a.force_paths else None, seen)
         except Exception as exc:  # a refused config is a result too: say which
-            desc, problem = f"seed={seed}", f"{type(exc).__name__}: {exc}"
+            desc, problem = f"seed={seed}" + " (forced paths)" * a.force_paths, f"{type(exc).__name__}: {exc}"
         covered.update(case_tags(seed, a.max_tokens, a.max_width, a.min_tokens))
+        covered.update(tag for kwargs in seen for tag in launch_tags(kwargs))
         if problem is not None:
             failures.append((desc, problem))
             print(f"FAIL {desc}\n     {problem}", flush=True)
