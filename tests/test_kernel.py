@@ -2709,6 +2709,63 @@ def test_compiled_route_refuses_outputs_that_share_memory_with_an_input():
     assert torch.equal(ids, route(x, config, bias=buf, backend="reference").ids)
 
 
+def test_eager_calls_launch_directly_and_bump_the_outputs_versions(monkeypatch):
+    """An eager call on plain tensors launches without the custom op (its dispatch cost more host time than the rest
+    of route(): scripts/host_overhead.py) and bumps the version counters of what it writes, as the op does; under a
+    dispatch mode (a user's, make_fx's, FakeTensorMode) the call goes through the op, which the mode then sees."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import moegate.kernels.router as kr
+
+    config = RouterConfig(64, 6, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=2)
+    T = 5
+    logits = tie_free_logits(T, 64)
+    kw = extras(config, T)
+    want = route(logits, config, backend="reference", **kw)
+    real_op, op_calls = torch.ops.moegate.route_fused, []
+
+    def op_spy(*args):
+        op_calls.append(args)
+        return real_op(*args)
+
+    monkeypatch.setattr(torch.ops.moegate, "route_fused", op_spy)
+    rec = RoutingRecorder(1, T, 6, 64, device=DEVICE)
+    out, packed = poisoned_out(T, 6), torch.full((T, 6), -7, dtype=torch.int32, device=DEVICE)
+    versions = [t._version for t in (*out, packed, rec.ids, rec.num_tokens)]
+    kr.route_triton(logits, config, ExpertLayout(), out=out, packed_out=packed, recorder=rec, **kw)
+    assert op_calls == []
+    assert_same_routing(out, want, logits, config, kw["bias"], near_ties=True)
+    assert torch.equal(rec.layer_ids(0), want.ids) and (packed != -7).all()
+    assert all(t._version > v for t, v in zip((*out, packed, rec.ids, rec.num_tokens), versions, strict=True))
+    with torch.inference_mode():  # inference tensors keep no version counter: written all the same
+        out = poisoned_out(T, 6)
+        route(logits, config, out=out, backend="triton", **kw)
+    assert_same_routing(out, want, logits, config, kw["bias"], near_ties=True)
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    out = poisoned_out(T, 6)
+    with Seen() as seen:
+        route(logits, config, out=out, backend="triton", **kw)
+    assert len(op_calls) == 1 and "moegate.route_fused.default" in seen.ops
+    assert_same_routing(out, want, logits, config, kw["bias"], near_ties=True)
+    assert kr._plain_eager(logits)
+    with Seen():
+        assert not kr._plain_eager(logits)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as fake:
+        assert not kr._plain_eager(fake.from_tensor(logits))
+    assert not kr._plain_eager(torch.nn.Parameter(logits))  # a subclass
+
+
 def test_pnorm_of_weights_whose_powers_are_subnormal():
     """Weights near 1e-20 (sigmoid of -45): their squares are subnormal and their cubes 0 in fp32; the GPU flushed
     the subnormal powers (H200 run 107: norms of 0, weights 7-9x too large) and the interpreter clamped the power's

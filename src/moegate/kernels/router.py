@@ -277,11 +277,17 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def _pow2(n: int) -> int:
+    """The least power of two >= n (n >= 1): triton.next_power_of_2 without its constexpr-function call (host time on
+    every launch)."""
+    return 1 << (n - 1).bit_length()
+
+
 def _tile_shape(config: RouterConfig) -> tuple[int, int]:
     """(BLOCK_G, BLOCK_GS): the row tile [groups, experts per group], each padded to a power of two."""
     if config.n_group == 1:
-        return 1, triton.next_power_of_2(config.num_scored)
-    return triton.next_power_of_2(config.n_group), triton.next_power_of_2(config.group_size)
+        return 1, _pow2(config.num_scored)
+    return _pow2(config.n_group), _pow2(config.group_size)
 
 
 def _use_thread_rows(config: RouterConfig) -> bool:
@@ -299,7 +305,7 @@ def _logit_keys_allowed(config: RouterConfig) -> bool:
     no bias, no groups (a top2_sum of logits is not one of scores), no hash routing."""
     return (config.scoring == "softmax" and config.selection == "scores" and not config.has_correction_bias
             and config.routing != "hash" and config.n_group == 1 and config.renormalize and config.renorm_p == 1.0
-            and config.renorm_eps * triton.next_power_of_2(config.num_scored) <= 1e-8 * config.top_k)
+            and config.renorm_eps * _pow2(config.num_scored) <= 1e-8 * config.top_k)
 
 
 # The logit keys' equal-run check (a K-th logit repeated by the first loser, where a lower-id logit just below may
@@ -323,7 +329,7 @@ def _split_threads(config: RouterConfig, num_tokens: int) -> int:
         return 0
     if split_rows_override is not None:
         q = split_rows_override
-        if q and (q not in SPLIT_THREADS or triton.cdiv(config.num_scored, q) > SPLIT_MAX_COLUMNS):
+        if q and (q not in SPLIT_THREADS or -(-config.num_scored // q) > SPLIT_MAX_COLUMNS):
             raise ValueError(f"split_rows_override={q}: split rows take {SPLIT_THREADS} threads a row and at most "
                              f"{SPLIT_MAX_COLUMNS} of the row's {config.num_scored} columns a thread")
         return q
@@ -440,11 +446,11 @@ def _launch(
     T = logits.shape[0]
     logit_scale, softcap, renorm_eps, renorm_p, inv_renorm_p, rsf, shared_weight = params
     dummy = rec_count if rec_count is not None else weights  # pointer for arguments a constexpr turns off
-    block_g, block_gs = (1, triton.next_power_of_2(spec.GROUP_SIZE)) if spec.N_GROUP == 1 else (
-        triton.next_power_of_2(spec.N_GROUP), triton.next_power_of_2(spec.GROUP_SIZE)
+    block_g, block_gs = (1, _pow2(spec.GROUP_SIZE)) if spec.N_GROUP == 1 else (
+        _pow2(spec.N_GROUP), _pow2(spec.GROUP_SIZE)
     )
     rec_layer = rec_ids[spec.layer] if rec_ids is not None else None
-    grid = (max(1, triton.cdiv(T, spec.block_m)),)
+    grid = (max(1, -(-T // spec.block_m)),)
     lane_bits = (block_g * block_gs).bit_length() - 1
     select_truncated = (spec.SCORING == 0 and not spec.SELECT_LOGITS) and bias is None  # softmax scores
     # Weights from the tile (no second gather) wherever the tile holds the scores and the epilogue is the
@@ -567,7 +573,7 @@ def _launch(
         LANE_BITS=lane_bits, TRUNCATE_WORDS=select_truncated,
         BLOCK_G=block_g, BLOCK_GS=block_gs,
         # One row a program: one more column for the (K + 1)-th round's word of the margin checks (two with the repair).
-        BLOCK_KC=triton.next_power_of_2(spec.K + spec.C + (2 if approx_repair else 1 if spec.block_m == 1 else 0)),
+        BLOCK_KC=_pow2(spec.K + spec.C + (2 if approx_repair else 1 if spec.block_m == 1 else 0)),
         DIST_SHIFT=_dist_shift(lane_bits, spec.K),
         HAS_SCALE=logit_scale != 1.0, TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, APPROX_REPAIR=approx_repair,
         LOGIT_KEYS=logit_keys, LOGIT_DROP=_logit_drop(logits.dtype, logit_keys and logit_scale == 1.0
@@ -618,15 +624,27 @@ def _route_op(
         # route() checked the table where it ran eagerly (a cache hit here); a traced graph reads no table, so a
         # compiled call is checked here, on the real tensors, before its launch.
         _check_hash_table(hash_table, spec.N_GROUP * spec.GROUP_SIZE, spec.K, logits.device)
-    args = (logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
-            weights, ids, packed, rec_ids, rec_count, spec, params)
+    _launch_on_device(logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
+                      weights, ids, packed, rec_ids, rec_count, spec, params)
+
+
+def _launch_on_device(logits, *args) -> None:
+    """_launch on the logits' device: Triton launches on the current device and its current stream, so they are made
+    the logits' (several GPUs in one process, e.g. a model spread over devices) and the launch follows the stream
+    that produced the logits."""
     if logits.is_cuda and logits.device.index != torch.cuda.current_device():
-        # Triton launches on the current device and its current stream: make them the logits' (several GPUs in one
-        # process, e.g. a model spread over devices), so the launch follows the stream that produced the logits.
         with torch.cuda.device(logits.device):
-            _launch(*args)
+            _launch(logits, *args)
     else:
-        _launch(*args)
+        _launch(logits, *args)
+
+
+def _plain_eager(logits: torch.Tensor) -> bool:
+    """Whether a call runs eagerly on plain tensors: no torch.compile / export tracing, no dispatch mode
+    (FakeTensorMode, make_fx's proxy mode, a user's TorchDispatchMode) and no functorch transform (vmap, grad), which
+    need the custom op to see the call; nor a tensor subclass (a FakeTensor, say)."""
+    return (type(logits) is torch.Tensor and not torch.compiler.is_compiling()
+            and torch._C._len_torch_dispatch_stack() == 0 and not torch._C._are_functorch_transforms_active())
 
 
 @_route_op.register_fake
@@ -836,10 +854,21 @@ def _route_triton(
         float(config.renorm_p), 1.0 / float(config.renorm_p), rsf,
         shared_weight(config, layout),
     ]
-    torch.ops.moegate.route_fused(
-        logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
-        weights, ids, packed_out,
-        None if recorder is None else recorder.ids, None if recorder is None else recorder.num_tokens,
-        list(spec), params, torch.compiler.is_compiling(),
-    )
+    rec_ids = None if recorder is None else recorder.ids
+    rec_count = None if recorder is None else recorder.num_tokens
+    if _plain_eager(logits):
+        # The launch itself, not through the custom op: route() has checked every argument, and the op's dispatch
+        # (its autograd and ADInplaceOrView layers) costs more host time than all of moegate's own path
+        # (scripts/host_overhead.py: DeepSeek-V3 T = 64 on this project's 2-core CPU, 205 -> 58 us a call with
+        # Triton's launch stubbed out). The op bumps the written tensors' version counters; so does this.
+        _launch_on_device(logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count, weights,
+                          ids, packed_out, rec_ids, rec_count, spec, params)
+        for t in (weights, ids, packed_out, rec_ids, rec_count):
+            if t is not None and not t.is_inference():  # inference tensors keep no version counter
+                torch.autograd.graph.increment_version(t)
+    else:
+        torch.ops.moegate.route_fused(
+            logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
+            weights, ids, packed_out, rec_ids, rec_count, list(spec), params, torch.compiler.is_compiling(),
+        )
     return weights, ids
