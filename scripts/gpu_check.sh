@@ -4,7 +4,8 @@
 # Logs and JSON go to $OUT (the device tool's output folder) or /tmp/moegate-gpu. SGLang's router is
 # looked for in .peers/ (carry it: carry [".peers"]), and so is FlashInfer's DeepSeek routing op
 # (.peers/flashinfer-router.tar.xz from scripts/fetch_flashinfer_router.sh, unpacked here into
-# .peers/flashinfer-site; the bench compiles it on first use). Exit status: the tests' status.
+# .peers/flashinfer-site; the bench compiles it on first use). HOST=1 also times an eager call's host path
+# (scripts/host_overhead.py; its first calls compile four launches). Exit status: the tests' status.
 set -uo pipefail
 out=${OUT:-/tmp/moegate-gpu}
 mkdir -p "$out"
@@ -27,6 +28,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     | grep -v " PASSED " | tail -50
   test_rc=${PIPESTATUS[0]}
   echo "kernel tests: rc=$test_rc in $(( $(date +%s) - start )) s"
+fi
+if [ "${HOST:-0}" = 1 ]; then
+  "$py" scripts/host_overhead.py --calls 500 --repeats 3 2>&1 | tee "$out/host.log"
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   "$py" -m moegate.bench --json "$out/bench.json" "$@" 2>&1 | tee "$out/bench.log"
