@@ -776,7 +776,9 @@ def route_triton(
     -----
     No host synchronisation (a device ``num_valid_tokens`` is read by the kernel) and, with ``out``,
     no allocation: capturable in a CUDA graph. Registered as the custom op ``moegate::route_fused``
-    with a fake implementation, so torch.compile(fullgraph=True) traces through it.
+    with a fake implementation, so torch.compile(fullgraph=True) traces through it; an eager call on plain
+    tensors (no tracing, dispatch mode or functorch transform) launches without the op's dispatch, a host-time
+    saving, and bumps the outputs' version counters as the op would.
     """
     from moegate.router import _check_route_args
 
