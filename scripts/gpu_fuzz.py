@@ -62,11 +62,12 @@ PATH_KNOBS = {
     "kept_only_override": (None, True, False),
     "nan_dead_override": (None, None, False),
     "lean_params_override": (None, None, False),
+    "exact32_override": (None, None, None, True),
     "launch_override": (None, None, (1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (4, 1), (64, 2)),
 }
 # The kernel's constexprs that name a path (--force-paths counts each launch's).
 PATH_FLAGS = ("APPROX_KEYS", "APPROX_REPAIR", "FMA_KEYS", "LOGIT_KEYS", "FORCE_EXACT", "TILE_WEIGHTS", "BIAS_EARLY",
-              "WINNERS_IN_REGS", "SCALAR_CHECKS", "KEPT_ONLY", "PAIR_EXACT")
+              "WINNERS_IN_REGS", "SCALAR_CHECKS", "KEPT_ONLY", "PAIR_EXACT", "EXACT32")
 
 
 def draw_paths(seed: int) -> dict:

@@ -284,14 +284,76 @@ def test_interpreter_speedups_change_nothing():
     assert not options.debug and not options.sanitize_overflow
 
 
-def test_one_warp_on_a_1024_lane_row_is_refused(monkeypatch):
-    """That launch returned wrong ids on the H200 (BENCHMARKS.md run 8): an error, never a silent answer."""
+def test_one_warp_on_a_1024_lane_row_is_refused_on_the_64_bit_rounds(monkeypatch):
+    """That launch returned wrong ids on the H200 on the 64-bit exact rounds (BENCHMARKS.md run 8): with them forced,
+    an error, never a silent answer."""
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, "launch_override", (1, 1))
+    monkeypatch.setattr(kr, "exact32_override", False)
     config = RouterConfig(1024, 8, scoring="sigmoid")
     with pytest.raises(ValueError, match="one warp"):
         route(tie_free_logits(2, 1024), config, backend="triton")
+
+
+@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("keys", ["fast", "exact"])
+@pytest.mark.parametrize("config", [
+    RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True),
+    RouterConfig(1024, 8, scoring="sqrtsoftplus", has_correction_bias=True),
+    RouterConfig(1000, 8, scoring="softmax", n_group=8, topk_group=4),
+], ids=["896-top16", "1024-ssp", "1000-grouped"])
+def test_one_warp_on_wide_rows(config, keys, exact, monkeypatch):
+    """One warp on a row of 1024 lanes (32 a thread) takes the exact path's 32-bit rounds (EXACT32); fast or exact
+    keys, the exact path forced or not, NaN / -inf rows, ties and dead lanes among the winners."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    monkeypatch.setattr(kr, "approx_keys_override", keys == "fast")
+    monkeypatch.setattr(kr, "force_exact_override", exact)
+    seen = _spy_launches(monkeypatch)
+    T, W = 6, config.num_scored
+    logits = tie_free_logits(T, W, seed=5)
+    logits[1, ::3] = float("nan")
+    logits[2, 3:] = float("-inf")  # three live lanes, K > 3: dead ones win the rest, lowest id first
+    logits[3] = 0.5  # all tied: ids 0..K-1 (or the groups' order)
+    logits[4, 100:140] = logits[4].max() + 1.0  # a run of equal winners across threads
+    run_both(logits, config, **extras(config, T))
+    assert seen[0]["EXACT32"] and seen[0]["num_warps"] == 1 and seen[0]["BLOCK_W"] == 1024
+
+
+@pytest.mark.parametrize("launch", [(1, 1), (2, 2)])
+def test_exact32_rounds_route_like_the_64_bit_rounds(launch, monkeypatch):
+    """_exact_rounds32 forced on narrower rows and on packed rows: the 64-bit rounds' winners, ranks and ties, also
+    with dropped groups' lanes at the bottom (exclude), zeroed groups, K = E and rows of NaN or -inf."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", launch)
+    monkeypatch.setattr(kr, "thread_rows_override", False)
+    monkeypatch.setattr(kr, "split_rows_override", 0)
+    monkeypatch.setattr(kr, "force_exact_override", True)
+    seen = _spy_launches(monkeypatch)
+    g = torch.Generator().manual_seed(8)
+    for config in (
+        RouterConfig(64, 6, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=3),
+        RouterConfig(64, 6, scoring="sigmoid", n_group=8, topk_group=1, group_fill="zero"),
+        RouterConfig(48, 5, scoring="sqrtsoftplus", n_group=4, topk_group=2, group_score="max"),
+        RouterConfig(16, 16),  # K = E
+        RouterConfig(60, 7, selection="logits", scoring="sigmoid"),
+    ):
+        E = config.num_scored
+        logits = torch.randint(0, 4, (9, E), generator=g).float() / 4
+        logits[1, ::3] = float("nan")
+        logits[2] = float("-inf")
+        logits[3, E // 2:] = float("nan")
+        logits = logits.to(DEVICE)
+        kw = extras(config, 9)
+        got = {}
+        for exact32 in (False, True):
+            monkeypatch.setattr(kr, "exact32_override", exact32)
+            got[exact32], _ = run_both(logits, config, **kw)
+            assert seen[-1]["EXACT32"] is exact32 and seen[-1]["FORCE_EXACT"]
+        assert_identical(got[True], got[False])
 
 
 def test_ties_go_to_the_lower_id():

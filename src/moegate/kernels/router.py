@@ -224,6 +224,13 @@ kept_only_override: bool | None = None
 # the top of its key bits (the kernel's NAN_DEAD; one FMA a lane), not by the row's logit sum: forced off (tests, the
 # benchmark's A/B: --ab-variants row-sum-dead) or the default (None: on).
 nan_dead_override: bool | None = None
+# The exact path's rounds on 32-bit values, two maxes a round (the kernel's EXACT32, _exact_rounds32), instead of one
+# 64-bit max: for one warp on a row of 1024 lanes and more, where the 64-bit rounds returned lanes past the tile on
+# the H200 (runs 7-8; the launch was refused since). Only a launch_override picks that launch today (four warps take
+# 1024 lanes): one warp there, 32 lanes a thread, is 1246 fast-path instructions a 896-top-16 row in sm_90 SASS
+# (126 registers, none spilled uncapped) against 4 x 713 on four warps, and is timed by --ab-variants one-warp-wide.
+# exact32_override forces it on or off anywhere (tests; off refuses one warp on 1024+ lanes).
+exact32_override: bool | None = None
 # Arguments that the launch's constexprs turn off (absent tensors and their strides, unused scalars) are passed as
 # None, so that Triton leaves them out of the kernel's parameters: a launch without padding, placement or capture
 # then carries 8-10 parameters (52-64 bytes) instead of 34 (200). H200 runs 61 and 64 (BENCHMARKS.md) timed it level
@@ -362,11 +369,12 @@ def _launch_shape(num_tokens: int, tile: int, thread_rows: bool = False, split: 
         # Sweep 14 (Mixtral): one warp of 32 rows best up to T=4096; two warps from 16384 (2.4 vs 2.7 us).
         return (64, 2) if num_tokens >= 16384 else (32, 1)
     if launch_override is not None:
-        if launch_override[1] == 1 and launch_override[0] == 1 and tile >= 1024:
+        if launch_override[1] == 1 and launch_override[0] == 1 and tile >= 1024 and exact32_override is False:
             # H200 run 8: one warp on a 1024- or 2048-lane row returns ids past the tile on the exact
-            # 64-bit path for a third of the rows (two warps and more are right; cause not found).
+            # 64-bit path for a third of the rows (two warps and more are right; cause not found). That launch takes
+            # the 32-bit rounds (EXACT32) unless they are forced off.
             raise ValueError(f"launch_override={launch_override}: one warp cannot route a {tile}-lane row "
-                             "correctly; use at least two warps")
+                             "correctly on the 64-bit rounds (exact32_override=False); use at least two warps")
         return launch_override
     # From the sweep in BENCHMARKS.md (H200): one warp per row up to 512 lanes, rows packed only for
     # very narrow rows (Mixtral's 8) or, mildly, 256 lanes at large T; 1024 lanes want 4 warps.
@@ -584,6 +592,7 @@ def _launch(
         FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=count_fallbacks_into is not None, FMA_KEYS=fma_keys,
         BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs, SCALAR_CHECKS=scalar_checks,
         KEPT_ONLY=kept_only, NAN_DEAD_OK=nan_dead_override is not False, ROWS_IN_RANGE=spec.block_m == 1 and T >= 1,
+        EXACT32=(spec.num_warps == 1 and block_g * block_gs >= 1024) if exact32_override is None else exact32_override,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )

@@ -666,6 +666,26 @@ def _exact_rounds(hi, ok2, inv, kc, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOC
 
 
 @triton.jit
+def _exact_rounds32(hi, ok2, inv, kc, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr,
+                    BLOCK_W: tl.constexpr):
+    """_exact_rounds on 32-bit values, two maxes a round: the best key bits among the lanes not yet taken, then the
+    lowest of those lanes (the largest inverted lane). The same winners, ranks and ties by lower lane. For one warp on
+    a row of 1024 lanes and more (EXACT32): there the 64-bit rounds returned a lane past the tile on the H200 (runs
+    7-8, 32 lanes a thread; their cause not found), so that launch was refused."""
+    ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
+    rank_lane = tl.full(hi.shape, -1, tl.int32)
+    avail = ok2
+    for i in tl.static_range(K):
+        best = tl.max(tl.where(avail, hi, INT32_MIN), axis=1)  # [BM]
+        low = tl.max(tl.where(avail & (hi == best[:, None]), inv[None, :], -1), axis=1)  # [BM] its inverted lane
+        ids_k = tl.where(kc[None, :] == i, ((-low) + (BLOCK_W - 1))[:, None], ids_k)
+        taken = inv[None, :] == low[:, None]
+        rank_lane = tl.where(taken, i, rank_lane)
+        avail = avail & (taken == 0)
+    return ids_k, rank_lane
+
+
+@triton.jit
 def _logit_keys_close(k_hi, k_lo, m):
     """1 where logits k_hi >= k_lo (and m, the row max) may not keep their order as the reference's softmax
     scores. Scores e / S with e = exp(x - m) (expf within 2 ulp) keep two logits' strict order when
@@ -1256,6 +1276,7 @@ def _route_kernel(
     KEPT_ONLY: tl.constexpr,  # one row a program, groups kept in the words: the rounds run on the kept groups' lanes
     NAN_DEAD_OK: tl.constexpr,  # fast / FMA keys: dead lanes by their NaN keys, not the row's logit sum (NAN_DEAD)
     ROWS_IN_RANGE: tl.constexpr,  # every program's rows are < T (the launcher: one row a program, T >= 1)
+    EXACT32: tl.constexpr,  # the exact path's rounds on 32-bit values (_exact_rounds32: one warp, 1024+ lanes)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
@@ -1585,7 +1606,10 @@ def _route_kernel(
                     hi_x = _exact_hi(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING, SELECT_LOGITS,
                                      HAS_BIAS, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
                                      GROUP_ZERO, GROUP_BY_COUNT, ACCURATE)
-                ids_x, _r = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
+                if EXACT32:
+                    ids_x, _r = _exact_rounds32(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
+                else:
+                    ids_x, _r = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
                 e_ids = tl.reshape(ids_x, [BLOCK_KC])
                 if DEAD_BY_ROW:
                     # Into the fast path's layout (f_col's): otherwise the branch's result takes the reshape's
@@ -1673,7 +1697,10 @@ def _route_kernel(
                     hi_x = _exact_hi(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING, SELECT_LOGITS,
                                      HAS_BIAS, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
                                      GROUP_ZERO, GROUP_BY_COUNT, ACCURATE)
-                ids_k, rank_lane = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
+                if EXACT32:
+                    ids_k, rank_lane = _exact_rounds32(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
+                else:
+                    ids_k, rank_lane = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
             if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
                 ids_k = (ids_k // BLOCK_GS) * GROUP_SIZE + ids_k % BLOCK_GS  # lane -> expert id
 
