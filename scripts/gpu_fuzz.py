@@ -89,25 +89,6 @@ def forced(paths: dict):
             setattr(kr, name, value)
 
 
-@contextlib.contextmanager
-def launches_seen():
-    """The keyword arguments (constexprs) of every kernel launch inside, in a list."""
-    kernel, seen = kr.rk._route_kernel, []
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                seen.append(kwargs)
-                return kernel[grid](*args, **kwargs)
-            return launch
-
-    kr.rk._route_kernel = Spy()
-    try:
-        yield seen
-    finally:
-        kr.rk._route_kernel = kernel
-
-
 def launch_tags(kwargs: dict) -> list[str]:
     """A launch's path from its constexprs: the row layout, then each path flag that is on."""
     if kwargs["THREAD_ROWS"]:
@@ -250,7 +231,7 @@ def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTH
     paths = dict(paths or {})
     while True:
         try:
-            with forced(paths), launches_seen() as launched:
+            with forced(paths), kr.recorded_launches() as launched:
                 got = route(logits, config, layout, backend="triton", out=out, home_rank=home_rank, **kw)
             break
         except ValueError as exc:  # an override this launch cannot take: the case runs without it

@@ -13,7 +13,6 @@ Variants of the same call: `out=` given (no allocation) or not; `compile` with t
 """
 
 import argparse
-import contextlib
 import os
 import sys
 import time
@@ -25,22 +24,6 @@ if not torch.cuda.is_available():  # route(backend="triton") takes CPU tensors u
 
 from moegate import preset, route  # noqa: E402
 from moegate.kernels import router as kr  # noqa: E402
-
-
-@contextlib.contextmanager
-def stubbed_launch():
-    """Triton's launch of the router kernel replaced by a no-op: what is left is moegate's host path."""
-    kernel = kr.rk._route_kernel
-
-    class Stub:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: None
-
-    kr.rk._route_kernel = Stub()
-    try:
-        yield
-    finally:
-        kr.rk._route_kernel = kernel
 
 
 def best_us(call, calls: int, repeats: int, sync) -> float:
@@ -80,7 +63,7 @@ def main(argv=None) -> int:
         out = (torch.empty_like(out.weights), torch.empty_like(out.ids))
         plain = lambda: route(logits, config, backend="triton", **kw)  # noqa: E731
         into = lambda: route(logits, config, backend="triton", out=out, **kw)  # noqa: E731
-        with stubbed_launch():
+        with kr.recorded_launches(run=False):  # Triton's launch stubbed out
             row = [best_us(plain, a.calls, a.repeats, sync), best_us(into, a.calls, a.repeats, sync)]
         if cuda:
             row += [best_us(plain, a.calls, a.repeats, sync), best_us(into, a.calls, a.repeats, sync)]

@@ -573,16 +573,7 @@ def _spy_launches(monkeypatch):
     import moegate.kernels.router as kr
 
     seen = []
-    kernel = kr.rk._route_kernel
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                seen.append(kwargs)
-                return kernel[grid](*args, **kwargs)
-            return launch
-
-    monkeypatch.setattr(kr.rk, "_route_kernel", Spy())
+    monkeypatch.setattr(kr.rk, "_route_kernel", kr._LaunchRecorder(kr.rk._route_kernel, seen))
     return seen
 
 
@@ -2775,6 +2766,8 @@ def test_eager_calls_launch_directly_and_bump_the_outputs_versions(monkeypatch):
     """An eager call on plain tensors launches without the custom op (its dispatch cost more host time than the rest
     of route(): scripts/host_overhead.py) and bumps the version counters of what it writes, as the op does; under a
     dispatch mode (a user's, make_fx's, FakeTensorMode) the call goes through the op, which the mode then sees."""
+    import inspect
+
     from torch.utils._python_dispatch import TorchDispatchMode
 
     import moegate.kernels.router as kr
@@ -2784,18 +2777,18 @@ def test_eager_calls_launch_directly_and_bump_the_outputs_versions(monkeypatch):
     logits = tie_free_logits(T, 64)
     kw = extras(config, T)
     want = route(logits, config, backend="reference", **kw)
-    real_op, op_calls = torch.ops.moegate.route_fused, []
+    launch, callers = kr._launch_on_device, []
 
-    def op_spy(*args):
-        op_calls.append(args)
-        return real_op(*args)
+    def launch_spy(*args):  # who launched: route_triton's eager path or the op's body
+        callers.append(inspect.stack()[1].function)
+        return launch(*args)
 
-    monkeypatch.setattr(torch.ops.moegate, "route_fused", op_spy)
+    monkeypatch.setattr(kr, "_launch_on_device", launch_spy)
     rec = RoutingRecorder(1, T, 6, 64, device=DEVICE)
     out, packed = poisoned_out(T, 6), torch.full((T, 6), -7, dtype=torch.int32, device=DEVICE)
     versions = [t._version for t in (*out, packed, rec.ids, rec.num_tokens)]
     kr.route_triton(logits, config, ExpertLayout(), out=out, packed_out=packed, recorder=rec, **kw)
-    assert op_calls == []
+    assert callers == ["_route_triton"]
     assert_same_routing(out, want, logits, config, kw["bias"], near_ties=True)
     assert torch.equal(rec.layer_ids(0), want.ids) and (packed != -7).all()
     assert all(t._version > v for t, v in zip((*out, packed, rec.ids, rec.num_tokens), versions, strict=True))
@@ -2816,7 +2809,7 @@ def test_eager_calls_launch_directly_and_bump_the_outputs_versions(monkeypatch):
     out = poisoned_out(T, 6)
     with Seen() as seen:
         route(logits, config, out=out, backend="triton", **kw)
-    assert len(op_calls) == 1 and "moegate.route_fused.default" in seen.ops
+    assert callers[-1] == "_route_op" and "moegate.route_fused.default" in seen.ops
     assert_same_routing(out, want, logits, config, kw["bias"], near_ties=True)
     assert kr._plain_eager(logits)
     with Seen():

@@ -6,6 +6,7 @@ call with a fake implementation), and the public function that ``moegate.route(b
 calls after validating its arguments.
 """
 
+import contextlib
 import functools
 import os
 from typing import NamedTuple
@@ -635,6 +636,34 @@ def _route_op(
         _check_hash_table(hash_table, spec.N_GROUP * spec.GROUP_SIZE, spec.K, logits.device)
     _launch_on_device(logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count,
                       weights, ids, packed, rec_ids, rec_count, spec, params)
+
+
+class _LaunchRecorder:
+    """Stands in for the router kernel: ``recorder[grid](*args, **kwargs)`` appends the launch's keyword arguments
+    (constexprs, launch options) to ``seen``, then launches ``kernel`` (or nothing, with ``run=False``)."""
+
+    def __init__(self, kernel, seen: list, run: bool = True):
+        self.kernel, self.seen, self.run = kernel, seen, run
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.seen.append(kwargs)
+            if self.run:
+                return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+@contextlib.contextmanager
+def recorded_launches(run: bool = True):
+    """Inside, every launch of the router kernel appends its keyword arguments (the constexprs that name its path:
+    APPROX_KEYS, KEPT_ONLY, BLOCK_M, num_warps, ...) to the list this yields; with ``run=False`` nothing is launched
+    (host-time measurements: what is left is moegate's own path). For scripts and tests; not thread-safe."""
+    kernel, seen = rk._route_kernel, []
+    rk._route_kernel = _LaunchRecorder(kernel, seen, run)
+    try:
+        yield seen
+    finally:
+        rk._route_kernel = kernel
 
 
 def _launch_on_device(logits, *args) -> None:
