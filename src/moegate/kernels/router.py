@@ -899,7 +899,7 @@ def _route_triton(
     if _plain_eager(logits):
         # The launch itself, not through the custom op: route() has checked every argument, and the op's dispatch
         # (its autograd and ADInplaceOrView layers) costs more host time than all of moegate's own path
-        # (scripts/host_overhead.py: DeepSeek-V3 T = 64 on this project's 2-core CPU, 205 -> 58 us a call with
+        # (scripts/host_overhead.py: DeepSeek-V3 T = 64 on this project's 2-core CPU, 203 -> 60 us a call with
         # Triton's launch stubbed out). The op bumps the written tensors' version counters; so does this.
         _launch_on_device(logits, bias, expert_scale, num_valid, token_ids, hash_table, l2p, replica_count, weights,
                           ids, packed_out, rec_ids, rec_count, spec, params)
