@@ -1,0 +1,38 @@
+"""The CPU side of two GPU scripts: scripts/host_overhead.py (an eager call's host time) and scripts/gpu_fuzz.py
+--force-paths (the launcher's overrides drawn per case), each run in a subprocess under TRITON_INTERPRET=1."""
+
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(script: str, *args: str) -> str:
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *args], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    return out.stdout
+
+
+def test_host_overhead_times_each_preset():
+    """A row a preset, two positive times (route() and route(out=)) with Triton's launch stubbed out."""
+    text = _run("host_overhead.py", "--presets", "mixtral,deepseek-v3", "--calls", "20", "--repeats", "1",
+                "--device", "cpu")
+    rows = {m.group(1): (float(m.group(2)), float(m.group(3)))
+            for m in re.finditer(r"^(\S+)\s+([\d.]+)\s+([\d.]+)\s*$", text, re.M)}
+    assert set(rows) == {"mixtral", "deepseek-v3"} and all(a > 0 and b > 0 for a, b in rows.values()), text
+
+
+def test_fuzz_forces_the_launchers_paths():
+    """--force-paths: the cases route like the reference, and the summary counts the launches' constexprs, among
+    them paths the launcher's own choices never take at T <= 33 (the fast keys, a forced exact path)."""
+    text = _run("gpu_fuzz.py", "--device", "cpu", "--cases", "40", "--seed", "70000", "--max-tokens", "33",
+                "--max-width", "64", "--force-paths")
+    assert "40 cases" in text and ": 0 failed" in text, text
+    covered = {tag: int(n) for tag, n in re.findall(r"(\S+) (\d+)(?:,|$)", text.split("covered: ")[1])}
+    assert covered.get("APPROX_KEYS", 0) > 0 and covered.get("FORCE_EXACT", 0) > 0, covered
+    assert sum(n for tag, n in covered.items() if tag.startswith("rows-on-warps-")) > 0, covered
