@@ -1,15 +1,15 @@
 """Host time of one eager route(..., backend="triton") call: what a model that does not replay a CUDA graph pays on
 the CPU for every router launch (the kernel's device time is moegate bench's).
 
-    python scripts/host_overhead.py [--presets deepseek-v3,qwen3] [--tokens 64] [--calls 2000] [--repeats 5]
+    python scripts/host_overhead.py [--presets deepseek-v3,mixtral] [--tokens 64] [--calls 2000] [--repeats 5]
 
-Two figures a preset, microseconds a call (the best of --repeats rounds of --calls calls):
+Microseconds a call, the best of --repeats rounds of --calls calls, each with and without `out=` (no allocation):
 - `moegate`: route() up to the kernel's launch, with Triton's launch stubbed out (moegate's own checks, launch
-  choices and dispatch). Runs anywhere, the CPU included (no interpreter is involved: nothing is launched).
+  choices and dispatch). Runs anywhere, the CPU included (nothing is launched, so no interpreter runs; on the CPU the
+  script sets TRITON_INTERPRET=1 only because route(backend="triton") takes CPU tensors under it alone). A bias on
+  the CPU adds the check of its values, which a CUDA bias skips.
 - `eager` (CUDA only): whole calls, Triton's launch included, timed on the host over --calls calls and one
   synchronize; for a small T the GPU finishes each kernel before the next call, so this is the host's time a call.
-Variants of the same call: `out=` given (no allocation) or not; `compile` with torch.compile's traced op instead
-(the first call compiles; timed after).
 """
 
 import argparse
