@@ -1746,7 +1746,8 @@ def test_kept_only_routes_bit_for_bit_like_all_lanes(monkeypatch):
 
 def test_register_cap_where_the_launcher_sets_it(monkeypatch):
     """ptxas's register cap: for rows of 1024 lanes and more (one a program, several warps) 56 from T = 2049, 64
-    from T = 257, none below; 64 for one-warp rows on fast sigmoid keys, for split rows on 8 threads in one-warp
+    from T = 257, none below; 128 for one warp on such a row (a launch_override); 64 for one-warp rows on fast
+    sigmoid keys, for split rows on 8 threads in one-warp
     programs (Qwen3 at T = 8192-16383) and for two-warp split rows (from T = 16384: the exact path's softmax flush
     took them to 93 registers uncapped), none elsewhere; maxnreg_override wins (0: none)."""
     import moegate.kernels.router as kr
@@ -1767,6 +1768,11 @@ def test_register_cap_where_the_launcher_sets_it(monkeypatch):
         seen = _launch_kwargs(torch.empty(T, 128), qwen3)
         assert seen["SPLIT_ROWS"] == split and seen.get("maxnreg") == cap, T
         assert seen["num_warps"] == (1 if T < 16384 else 2), T
+    monkeypatch.setattr(kr, "launch_override", (1, 1))  # one warp on 1024 lanes: 128 at every T, keys fast or not
+    for T in (1, 4096, 65536):
+        seen = _launch_kwargs(torch.empty(T, 896), wide, bias=torch.zeros(896))
+        assert seen["num_warps"] == 1 and seen["EXACT32"] and seen.get("maxnreg") == 128, T
+    monkeypatch.setattr(kr, "launch_override", None)
     monkeypatch.setattr(kr, "maxnreg_override", 0)
     assert "maxnreg" not in _launch_kwargs(torch.empty(4096, 896), wide, bias=torch.zeros(896))
     monkeypatch.setattr(kr, "maxnreg_override", 40)

@@ -661,10 +661,10 @@ AB_VARIANTS = {
     "all-lanes": {"kept_only_override": False},  # ... on every lane, the dropped ones excluded in the words
     "approx-all-lanes": {"approx_keys_override": True, "kept_only_override": False},  # fast keys, every lane
     "row-sum-dead": {"nan_dead_override": False},  # fast / FMA keys: dead lanes by the logit sum, not NaN keys
-    # one warp on a row of 1024 lanes and more (the launcher takes four), 32-bit exact rounds, no register cap; -r128
-    # caps it at 128 registers (16 warps an SM either way)
-    "one-warp-wide": {"launch_override": (1, 1), "maxnreg_override": 0},
-    "one-warp-wide-r128": {"launch_override": (1, 1), "maxnreg_override": 128},
+    # one warp on a row of 1024 lanes and more (the launcher takes four), 32-bit exact rounds, capped at 128 registers
+    # (16 warps an SM); -r0 uncapped (145 registers, 13 warps an SM)
+    "one-warp-wide": {"launch_override": (1, 1)},
+    "one-warp-wide-r0": {"launch_override": (1, 1), "maxnreg_override": 0},
     "two-warps-wide": {"launch_override": (1, 2)},  # ... two warps (the launcher's register cap)
 }
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM.

@@ -152,6 +152,10 @@ SPLIT_PAIR_EXACT = True
 maxnreg_override: int | None = None
 WIDE_ROW_MAX_REGISTERS = 56  # rows of 1024 lanes and more, one a program of several warps, T > 2048
 WIDE_ROW_MID_MAX_REGISTERS = 64  # ... 256 < T <= 2048 (none below)
+# One warp on a row of 1024 lanes and more (a launch_override only, with the 32-bit exact rounds): 32 lanes a thread
+# take 145 registers uncapped (13 warps an SM), 123 under this cap with nothing spilled (16); the 64 of narrower
+# one-warp fast-key rows spilled 314 bytes a thread there (sm_90 SASS, 896 top-16, T = 65536).
+WIDE_ONE_WARP_MAX_REGISTERS = 128
 # Split rows on 8 threads in one-warp programs (Qwen3 at T = 8192-16383): 72 registers (28 warps an SM), 64 under the
 # cap with no spill (32 warps, the one-warp limit). H200, the same launches capped / uncapped: run 49 T=8192 4.31 vs
 # 4.49 us; run 53 T=8192 4.34 vs 4.38, T=12288 4.88 vs 5.01. Two-warp split rows (from T = 16384) took 64 uncapped
@@ -412,6 +416,8 @@ def _register_cap(num_tokens: int, lanes: int, block_m: int, num_warps: int, app
         return SPLIT_MAX_REGISTERS if split == 8 or num_warps >= 2 else 0
     if block_m == 1 and lanes >= APPROX_KEYS_MIN_LANES and num_warps > 1 and num_tokens > 256:
         return WIDE_ROW_MAX_REGISTERS if num_tokens > 2048 else WIDE_ROW_MID_MAX_REGISTERS
+    if block_m == 1 and num_warps == 1 and lanes >= APPROX_KEYS_MIN_LANES:
+        return WIDE_ONE_WARP_MAX_REGISTERS
     if block_m == 1 and num_warps == 1 and approx_sigmoid_keys:
         return APPROX_KEYS_MAX_REGISTERS
     return 0
