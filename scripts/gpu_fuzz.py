@@ -242,8 +242,8 @@ def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTH
                 paths[name] = None
     if seen is not None:
         seen.extend(launched)
-    forced_now = {name: value for name, value in paths.items() if value not in (None, False)
-                  or (value is False and name != "force_exact_override")}
+    forced_now = {name: value for name, value in paths.items()
+                  if value is not None and not (name == "force_exact_override" and value is False)}
     if forced_now:
         desc += " forced " + " ".join(f"{name.removesuffix('_override')}={value}" for name, value in
                                      sorted(forced_now.items()))

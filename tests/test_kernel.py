@@ -2825,6 +2825,15 @@ def test_eager_calls_launch_directly_and_bump_the_outputs_versions(monkeypatch):
     with FakeTensorMode() as fake:
         assert not kr._plain_eager(fake.from_tensor(logits))
     assert not kr._plain_eager(torch.nn.Parameter(logits))  # a subclass
+    under_jit = []
+    torch.jit.trace(lambda t: under_jit.append(kr._plain_eager(t)) or t * 1, logits, check_trace=False)
+    assert under_jit == [False]
+    # make_fx on fake tensors: the op in the graph, and no data pointer read where route() writes into no given buffer
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    plain = RouterConfig(64, 6, scoring="sigmoid")
+    graph = make_fx(lambda t: route(t, plain, backend="triton").ids, tracing_mode="fake")(logits)
+    assert "moegate.route_fused" in str(graph.code)
 
 
 def test_pnorm_of_weights_whose_powers_are_subnormal():

@@ -189,8 +189,11 @@ def _check_no_aliasing(written, read) -> None:
     memory (their data pointers cannot be traced): not checked there (the compiled call checks them at run time)."""
     if torch.compiler.is_compiling():
         return
-    # Each tensor's byte range once (this runs on every route() call: host time a launch).
+    # Each tensor's byte range once (this runs on every route() call: host time a launch), and no data pointer read
+    # where nothing is written (make_fx's fake tensors and functorch's wrappers have none: route(logits, config)).
     written = [(n, t.device, *_byte_range(t)) for n, t in written if isinstance(t, torch.Tensor) and t.numel()]
+    if not written:
+        return
     read = [(n, t.device, *_byte_range(t)) for n, t in read if isinstance(t, torch.Tensor) and t.numel()]
     for i, (name, device, lo, hi) in enumerate(written):
         for other, device_u, lo_u, hi_u in written[i + 1:] + read:

@@ -686,9 +686,11 @@ def _launch_on_device(logits, *args) -> None:
 def _plain_eager(logits: torch.Tensor) -> bool:
     """Whether a call runs eagerly on plain tensors: no torch.compile / export tracing, no dispatch mode
     (FakeTensorMode, make_fx's proxy mode, a user's TorchDispatchMode) and no functorch transform (vmap, grad), which
-    need the custom op to see the call; nor a tensor subclass (a FakeTensor, say)."""
+    need the custom op to see the call; nor a tensor subclass (a FakeTensor, say), nor torch.jit.trace (whose graph
+    would hold the outputs' allocation and no launch)."""
     return (type(logits) is torch.Tensor and not torch.compiler.is_compiling()
-            and torch._C._len_torch_dispatch_stack() == 0 and not torch._C._are_functorch_transforms_active())
+            and torch._C._len_torch_dispatch_stack() == 0 and not torch._C._are_functorch_transforms_active()
+            and torch._C._get_tracing_state() is None)
 
 
 @_route_op.register_fake
