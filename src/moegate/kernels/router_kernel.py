@@ -650,9 +650,11 @@ def _exact_hi(x, dead, ok2, row_max, row_sum, b, SCORING: tl.constexpr, SELECT_L
 
 @triton.jit
 def _exact_rounds(hi, ok2, inv, kc, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KC: tl.constexpr,
-                  BLOCK_W: tl.constexpr):
+                  BLOCK_W: tl.constexpr, EXACT32: tl.constexpr = False):
     """Step 5 on exact 64-bit (key bits, inverted lane) words, one max per round: (lanes [BM, BKC], each
-    lane's output column or -1)."""
+    lane's output column or -1). EXACT32: the same on 32-bit values (_exact_rounds32)."""
+    if EXACT32:
+        return _exact_rounds32(hi, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
     ids_k = tl.zeros([BLOCK_M, BLOCK_KC], dtype=tl.int32)
     word = (hi.to(tl.int64) << 32) | (inv[None, :] + LOW_PAD).to(tl.int64)
     word = tl.where(ok2, word, INT64_MIN)
@@ -1606,10 +1608,7 @@ def _route_kernel(
                     hi_x = _exact_hi(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING, SELECT_LOGITS,
                                      HAS_BIAS, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
                                      GROUP_ZERO, GROUP_BY_COUNT, ACCURATE)
-                if EXACT32:
-                    ids_x, _r = _exact_rounds32(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
-                else:
-                    ids_x, _r = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
+                ids_x, _r = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W, EXACT32)
                 e_ids = tl.reshape(ids_x, [BLOCK_KC])
                 if DEAD_BY_ROW:
                     # Into the fast path's layout (f_col's): otherwise the branch's result takes the reshape's
@@ -1697,10 +1696,7 @@ def _route_kernel(
                     hi_x = _exact_hi(x, dead, ok2, row_max[:, None], row_sum[:, None], b, SCORING, SELECT_LOGITS,
                                      HAS_BIAS, BLOCK_M, BLOCK_G, BLOCK_GS, BLOCK_W, N_GROUP, TOPK_GROUP, GROUP_MAX,
                                      GROUP_ZERO, GROUP_BY_COUNT, ACCURATE)
-                if EXACT32:
-                    ids_k, rank_lane = _exact_rounds32(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
-                else:
-                    ids_k, rank_lane = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W)
+                ids_k, rank_lane = _exact_rounds(hi_x, ok2, inv, kc, K, BLOCK_M, BLOCK_KC, BLOCK_W, EXACT32)
             if (GROUP_SIZE != BLOCK_GS) and (N_GROUP > 1):
                 ids_k = (ids_k // BLOCK_GS) * GROUP_SIZE + ids_k % BLOCK_GS  # lane -> expert id
 
