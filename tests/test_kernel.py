@@ -676,8 +676,8 @@ def test_fast_sigmoid_keys_route_like_exact_keys(config, repair, monkeypatch):
 
     monkeypatch.setattr(kr, "approx_repair_override", repair)
     E = config.num_experts
-    # One row a program (1024-lane tiles on four warps, as the heuristic launches them).
-    monkeypatch.setattr(kr, "launch_override", (1, 1 if E <= 512 else 4))
+    # One row a program on one warp (as the heuristic launches rows up to 1024 lanes; EXACT32 on 1024-lane tiles).
+    monkeypatch.setattr(kr, "launch_override", (1, 1 if E <= 1024 else 4))
     logits = _near_tie_sigmoid_rows(9, E, seed=E).to(DEVICE)
     kw = extras(config, logits.shape[0])
     if "bias" in kw:
@@ -1419,7 +1419,8 @@ def test_fma_keys_match_exact_keys(monkeypatch):
 @pytest.mark.parametrize("T", [1, 256, 372, 373, 1024, 1025, 65536])
 def test_scalar_checks_where_the_launcher_takes_them(T, monkeypatch):
     """SCALAR_CHECKS: one row a one-warp program while T * K <= 8192 (DeepSeek-V3 to T = 1024, 512 top-22 to
-    T = 372); never for logit keys (Qwen3), several warps a row (896 experts), one row a thread or split rows; the
+    T = 372, 896 top-16 to T = 512); never for logit keys (Qwen3), several warps a row (896 experts without the
+    32-bit rounds), one row a thread or split rows; the
     override forces it wherever one row a program can take it."""
     import moegate.kernels.router as kr
 
@@ -1435,8 +1436,11 @@ def test_scalar_checks_where_the_launcher_takes_them(T, monkeypatch):
     assert scalar(wide_k, bias=torch.zeros(512)) is (T <= 372), T
     monkeypatch.setattr(kr, "split_rows_override", 0)  # Qwen3 one row a warp at every T
     assert scalar(qwen3) is False
-    assert scalar(k3, bias=torch.zeros(896)) is False
+    assert scalar(k3, bias=torch.zeros(896)) is (T <= 512), T
     assert scalar(mixtral) is False
+    with monkeypatch.context() as m:
+        m.setattr(kr, "exact32_override", False)  # four warps a row
+        assert scalar(k3, bias=torch.zeros(896)) is False
     monkeypatch.setattr(kr, "scalar_checks_override", True)
     assert scalar(qwen3) is (T < 32768)  # four rows a warp from T = 32768
     assert scalar(k3, bias=torch.zeros(896)) is True
@@ -1745,17 +1749,23 @@ def test_kept_only_routes_bit_for_bit_like_all_lanes(monkeypatch):
 
 
 def test_register_cap_where_the_launcher_sets_it(monkeypatch):
-    """ptxas's register cap: for rows of 1024 lanes and more (one a program, several warps) 56 from T = 2049, 64
-    from T = 257, none below; 128 for one warp on such a row (a launch_override); 64 for one-warp rows on fast
+    """ptxas's register cap: for rows of 2048 lanes and more (one a program, several warps; 1024 lanes too where the
+    32-bit rounds are off) 56 from T = 2049, 64 from T = 257, none below; 128 for one warp on a 1024-lane row (the
+    launcher's choice, at every T); 64 for one-warp rows on fast
     sigmoid keys, for split rows on 8 threads in one-warp
     programs (Qwen3 at T = 8192-16383) and for two-warp split rows (from T = 16384: the exact path's softmax flush
     took them to 93 registers uncapped), none elsewhere; maxnreg_override wins (0: none)."""
     import moegate.kernels.router as kr
 
     wide = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
+    wider = RouterConfig(2048, 16, scoring="sigmoid", has_correction_bias=True)
     for T, cap in ((1, None), (256, None), (257, 64), (2048, 64), (2049, 56), (65536, 56)):
-        seen = _launch_kwargs(torch.empty(T, 896), wide, bias=torch.zeros(896))
-        assert seen["num_warps"] > 1 and seen["BLOCK_M"] == 1 and seen.get("maxnreg") == cap, T
+        seen = _launch_kwargs(torch.empty(T, 2048), wider, bias=torch.zeros(2048))
+        assert seen["num_warps"] == 8 and seen["BLOCK_M"] == 1 and seen.get("maxnreg") == cap, T
+        with monkeypatch.context() as m:  # 896 lanes without the 32-bit rounds: four warps
+            m.setattr(kr, "exact32_override", False)
+            seen = _launch_kwargs(torch.empty(T, 896), wide, bias=torch.zeros(896))
+            assert seen["num_warps"] == 4 and seen["BLOCK_M"] == 1 and seen.get("maxnreg") == cap, T
     for T, cfg in ((65536, RouterConfig(8, 2, scoring="softmax", renormalize=True)),  # one row a thread
                    (65536, RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)),  # 64 already
                    (4096, RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True))):
@@ -1768,11 +1778,9 @@ def test_register_cap_where_the_launcher_sets_it(monkeypatch):
         seen = _launch_kwargs(torch.empty(T, 128), qwen3)
         assert seen["SPLIT_ROWS"] == split and seen.get("maxnreg") == cap, T
         assert seen["num_warps"] == (1 if T < 16384 else 2), T
-    monkeypatch.setattr(kr, "launch_override", (1, 1))  # one warp on 1024 lanes: 128 at every T, keys fast or not
-    for T in (1, 4096, 65536):
+    for T in (1, 256, 4096, 65536):  # one warp on 1024 lanes: 128 at every T, keys fast or not
         seen = _launch_kwargs(torch.empty(T, 896), wide, bias=torch.zeros(896))
-        assert seen["num_warps"] == 1 and seen["EXACT32"] and seen.get("maxnreg") == 128, T
-    monkeypatch.setattr(kr, "launch_override", None)
+        assert seen["num_warps"] == 1 and seen["BLOCK_M"] == 1 and seen["EXACT32"] and seen.get("maxnreg") == 128, T
     monkeypatch.setattr(kr, "maxnreg_override", 0)
     assert "maxnreg" not in _launch_kwargs(torch.empty(4096, 896), wide, bias=torch.zeros(896))
     monkeypatch.setattr(kr, "maxnreg_override", 40)

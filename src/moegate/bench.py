@@ -661,11 +661,12 @@ AB_VARIANTS = {
     "all-lanes": {"kept_only_override": False},  # ... on every lane, the dropped ones excluded in the words
     "approx-all-lanes": {"approx_keys_override": True, "kept_only_override": False},  # fast keys, every lane
     "row-sum-dead": {"nan_dead_override": False},  # fast / FMA keys: dead lanes by the logit sum, not NaN keys
-    # one warp on a row of 1024 lanes and more (the launcher takes four), 32-bit exact rounds, capped at 128 registers
-    # (16 warps an SM); -r0 uncapped (145 registers, 13 warps an SM)
+    # one warp on a row of 1024 lanes (the launcher's choice since run 126), 32-bit exact rounds, capped at 128
+    # registers (16 warps an SM); -r0 uncapped (145 registers, 13 warps an SM)
     "one-warp-wide": {"launch_override": (1, 1)},
     "one-warp-wide-r0": {"launch_override": (1, 1), "maxnreg_override": 0},
     "two-warps-wide": {"launch_override": (1, 2)},  # ... two warps (the launcher's register cap)
+    "four-warps-wide": {"launch_override": (1, 4)},  # ... four warps (the launcher's choice before run 126)
 }
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM.
 for _n in (40, 48, 52, 56, 60, 64):

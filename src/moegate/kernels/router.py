@@ -150,9 +150,9 @@ SPLIT_PAIR_EXACT = True
 # experts capped at 56 / 64 / uncapped: T=1024 8.27 / 7.43 / 9.92, T=4096 24.55 / 24.98 / 27.65, T <= 256 level
 # (T=1 3.71 / 3.60 / 3.56, T=256 4.88 / 4.83 / 4.84).
 maxnreg_override: int | None = None
-WIDE_ROW_MAX_REGISTERS = 56  # rows of 1024 lanes and more, one a program of several warps, T > 2048
+WIDE_ROW_MAX_REGISTERS = 56  # rows of 2048 lanes and more, one a program of several warps, T > 2048
 WIDE_ROW_MID_MAX_REGISTERS = 64  # ... 256 < T <= 2048 (none below)
-# One warp on a row of 1024 lanes and more (a launch_override only, with the 32-bit exact rounds): 32 lanes a thread
+# One warp on a row of 1024 lanes (the launcher's choice since run 126; with the 32-bit exact rounds): 32 lanes a thread
 # take 145 registers uncapped (13 warps an SM), 123 under this cap with nothing spilled (16); the 64 of narrower
 # one-warp fast-key rows spilled 314 bytes a thread there (sm_90 SASS, 896 top-16, T = 65536).
 WIDE_ONE_WARP_MAX_REGISTERS = 128
@@ -231,10 +231,10 @@ kept_only_override: bool | None = None
 nan_dead_override: bool | None = None
 # The exact path's rounds on 32-bit values, two maxes a round (the kernel's EXACT32, _exact_rounds32), instead of one
 # 64-bit max: for one warp on a row of 1024 lanes and more, where the 64-bit rounds returned lanes past the tile on
-# the H200 (runs 7-8; the launch was refused since). Only a launch_override picks that launch today (four warps take
-# 1024 lanes): one warp there, 32 lanes a thread, is 1246 fast-path instructions a 896-top-16 row in sm_90 SASS
-# (126 registers, none spilled uncapped) against 4 x 713 on four warps, and is timed by --ab-variants one-warp-wide.
-# exact32_override forces it on or off anywhere (tests; off refuses one warp on 1024+ lanes).
+# the H200 (runs 7-8). The launcher puts a 1024-lane row on one warp since run 126 (four warps before): 32 lanes a
+# thread, 1260 fast-path instructions a 896-top-16 row in sm_90 SASS (123 registers under the cap, none spilled)
+# against 4 x 713 on four warps; --ab-variants four-warps-wide times the old launch. exact32_override forces it on
+# or off anywhere (tests; off refuses one warp on 1024+ lanes, and the launcher then takes four warps).
 exact32_override: bool | None = None
 # Arguments that the launch's constexprs turn off (absent tensors and their strides, unused scalars) are passed as
 # None, so that Triton leaves them out of the kernel's parameters: a launch without padding, placement or capture
@@ -381,8 +381,10 @@ def _launch_shape(num_tokens: int, tile: int, thread_rows: bool = False, split: 
             raise ValueError(f"launch_override={launch_override}: one warp cannot route a {tile}-lane row "
                              "correctly on the 64-bit rounds (exact32_override=False); use at least two warps")
         return launch_override
-    # From the sweep in BENCHMARKS.md (H200): one warp per row up to 512 lanes, rows packed only for
-    # very narrow rows (Mixtral's 8) or, mildly, 256 lanes at large T; 1024 lanes want 4 warps.
+    # From the sweep in BENCHMARKS.md (H200): one warp per row up to 1024 lanes, rows packed only for
+    # very narrow rows (Mixtral's 8) or, mildly, 256 lanes at large T. 1024 lanes on one warp take the 32-bit
+    # exact rounds (EXACT32; run 126, 896 top-16: 2.40 / 3.42 / 15.8 / 130.9 us at T = 1 / 64 / 4096 / 65536 against
+    # 3.12 / 3.88 / 21.3 / 264.6 on four warps); wider rows keep a warp per 256 lanes.
     if tile <= 32:
         if num_tokens == 1:
             # The flat one-row path (logit keys for renormalized softmax) has the shorter chain: Mixtral
@@ -395,7 +397,7 @@ def _launch_shape(num_tokens: int, tile: int, thread_rows: bool = False, split: 
         # Sweep 13, Qwen3 (128 lanes): four rows a warp 36.8 us at T=65536 against 42.1 one a warp; one a
         # warp still ahead at T=16384 (12.1 vs 12.6) and below.
         return 4, 1
-    if tile <= 512:
+    if tile <= 512 or (tile <= 1024 and exact32_override is not False):
         return 1, 1
     return 1, min(16, tile // 256)
 
