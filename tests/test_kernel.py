@@ -302,13 +302,13 @@ def test_one_warp_on_a_1024_lane_row_is_refused_on_the_64_bit_rounds(monkeypatch
     RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True),
     RouterConfig(1024, 8, scoring="sqrtsoftplus", has_correction_bias=True),
     RouterConfig(1000, 8, scoring="softmax", n_group=8, topk_group=4),
-], ids=["896-top16", "1024-ssp", "1000-grouped"])
+    RouterConfig(512, 12, num_zero_experts=256),  # LongCat-Flash: 768 lanes with its zero experts
+], ids=["896-top16", "1024-ssp", "1000-grouped", "longcat-768"])
 def test_one_warp_on_wide_rows(config, keys, exact, monkeypatch):
-    """One warp on a row of 1024 lanes (32 a thread) takes the exact path's 32-bit rounds (EXACT32); fast or exact
-    keys, the exact path forced or not, NaN / -inf rows, ties and dead lanes among the winners."""
+    """The launcher puts a row of 1024 lanes on one warp (32 a thread) on the exact path's 32-bit rounds (EXACT32);
+    fast or exact keys, the exact path forced or not, NaN / -inf rows, ties and dead lanes among the winners."""
     import moegate.kernels.router as kr
 
-    monkeypatch.setattr(kr, "launch_override", (1, 1))
     monkeypatch.setattr(kr, "approx_keys_override", keys == "fast")
     monkeypatch.setattr(kr, "force_exact_override", exact)
     seen = _spy_launches(monkeypatch)
