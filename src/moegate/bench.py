@@ -668,8 +668,10 @@ AB_VARIANTS = {
     "two-warps-wide": {"launch_override": (1, 2)},  # ... two warps (the launcher's register cap)
     "four-warps-wide": {"launch_override": (1, 4)},  # ... four warps (the launcher's choice before run 126)
 }
-# A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM.
-for _n in (40, 48, 52, 56, 60, 64):
+# A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 96-112 for one
+# warp on a 1024-lane row (capped at 128 by default: 123 registers, 16 warps an SM; sm_90 SASS of 896 top-16 at
+# T = 65536: 112 -> 18 warps, 104 -> 19, both 18 bytes spilled and 7 more fast-path instructions; 96 -> 21, 82 bytes).
+for _n in (40, 48, 52, 56, 60, 64, 96, 104, 112):
     AB_VARIANTS[f"maxnreg-{_n}"] = {"maxnreg_override": _n}
 AB_VARIANTS["no-maxnreg"] = {"maxnreg_override": 0}  # ptxas decides everywhere (the launcher caps some launches)
 # Split rows (ungrouped rows on Q threads each): the launcher's warps (split-Q) and w warps (split-QwW).
