@@ -1245,6 +1245,56 @@ def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
     assert seen["APPROX_KEYS"] is False and "maxnreg" not in seen
 
 
+@pytest.mark.parametrize("T", [1, 16383, 16384, 65536])
+def test_prefetch_where_the_launcher_takes_it(T, monkeypatch):
+    """PREFETCH_ROWS (the row that many programs ahead asked of the L2): from PREFETCH_MIN_TOKENS on one row a one-warp
+    program whose row is at most 4 KB with unit column stride (PREFETCH_LINES 128-byte lines of it); never for one row
+    a thread, split rows, several warps a row or a strided row; the override forces the distance."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "PREFETCH_ROWS", 4096)
+    dsv3 = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    on = T >= 16384
+    for dtype, lines in ((torch.float32, 8), (torch.bfloat16, 4)):
+        seen = _launch_kwargs(torch.empty(T, 256, dtype=dtype), dsv3, bias=torch.zeros(256))
+        assert (seen["PREFETCH_ROWS"], seen["PREFETCH_LINES"]) == ((4096, lines) if on else (0, 0)), (dtype, T)
+    wide = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)  # 3584 bytes: 28 lines, one warp
+    seen = _launch_kwargs(torch.empty(T, 896), wide, bias=torch.zeros(896))
+    assert (seen["PREFETCH_ROWS"], seen["PREFETCH_LINES"], seen["num_warps"]) == ((4096, 28, 1) if on else (0, 0, 1))
+    strided = torch.empty(256, T).t()  # column stride T
+    assert _launch_kwargs(strided, dsv3, bias=torch.zeros(256))["PREFETCH_ROWS"] == 0
+    for cfg in (RouterConfig(2048, 8, scoring="sigmoid"),  # 8 KB rows on several warps
+                RouterConfig(8, 2),  # one row a thread
+                RouterConfig(128, 8, renormalize=True)):  # split rows or rows packed on a warp at large T
+        seen = _launch_kwargs(torch.empty(T, cfg.num_experts), cfg)
+        assert seen["PREFETCH_ROWS"] == 0, (cfg.num_experts, T, seen["BLOCK_M"], seen["num_warps"])
+    monkeypatch.setattr(kr, "prefetch_rows_override", 7)
+    assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))["PREFETCH_ROWS"] == 7
+    monkeypatch.setattr(kr, "prefetch_rows_override", 0)
+    assert _launch_kwargs(torch.empty(T, 256), dsv3, bias=torch.zeros(256))["PREFETCH_ROWS"] == 0
+
+
+@needs_cuda
+@pytest.mark.parametrize("ahead", [1, 5, 4096])
+def test_prefetch_routes_like_the_reference(ahead, monkeypatch):
+    """Rows prefetched into the L2 ahead of their programs (PREFETCH_ROWS forced at every T, including distances past
+    the last row): routing is the reference's on the fast-key, FMA-key and one-warp 1024-lane paths, fp32 and bf16."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "prefetch_rows_override", ahead)
+    seen = _spy_launches(monkeypatch)
+    configs = (RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4),
+               RouterConfig(384, 8, scoring="sigmoid", has_correction_bias=True),
+               RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True),
+               RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True))
+    for ci, config in enumerate(configs):
+        for T in (1, 37, 4099, 65536):
+            for dtype in (torch.float32, torch.bfloat16):
+                logits = tie_free_logits(T, config.num_scored, dtype, seed=ci * 7 + T)
+                run_both(logits, config, near_ties=dtype != torch.float32, **extras(config, T))
+                assert seen[-1]["PREFETCH_ROWS"] == ahead and seen[-1]["PREFETCH_LINES"] > 0
+
+
 @pytest.mark.parametrize("T", [1, 32, 33, 64, 4096, 8192, 32768, 65536])
 def test_fma_keys_where_the_launcher_takes_them(T, monkeypatch):
     """FMA_KEYS (sigmoid / sqrt-softplus keys in their FMA forms): exact keys on rows on warps, not with the tile's

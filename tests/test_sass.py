@@ -146,3 +146,19 @@ def test_cycles_model_reads_the_control_codes_and_times_the_scalar_checks():
         cycles[scalar] = int(m.group(1))
         assert cycles[scalar] > 2 * int(m.group(2)), stdout
     assert cycles[True] < cycles[False] - 50, cycles
+
+
+@pytest.mark.parametrize("shape", ["deepseek-v3-fp32", "deepseek-v3-bf16"])
+def test_prefetch_is_one_predicated_l2_prefetch(tmp_path, shape):
+    """PREFETCH_ROWS: one predicated CCTL.E.PF2 (PTX prefetch.global.L2) a thread, issued with the row's own loads
+    (before the first MUFU op); none where the launch has it off. Nothing waits on it but a read of its address
+    registers: the interpreter never runs the inline PTX, so this is where the kernel's prefetch is checked off a
+    GPU."""
+    for ahead in (0, 4096):
+        dump = tmp_path / f"kernel-{ahead}.sass"
+        _sass_count(shape, "--tokens", "65536", "--dump", str(dump), "--set", f"prefetch_rows_override={ahead}")
+        sass = dump.read_text()
+        prefetches = re.findall(r"@P\d+ CCTL\.E\.PF2 \[R\d+\]", sass)
+        assert len(prefetches) == (1 if ahead else 0) and sass.count("CCTL") == len(prefetches), (ahead, prefetches)
+        if ahead:
+            assert sass.index("CCTL.E.PF2") < sass.index("MUFU.")

@@ -673,6 +673,9 @@ AB_VARIANTS = {
 # T = 65536: 112 -> 18 warps, 104 -> 19, both 18 bytes spilled and 7 more fast-path instructions; 96 -> 21, 82 bytes).
 for _n in (40, 48, 52, 56, 60, 64, 96, 104, 112):
     AB_VARIANTS[f"maxnreg-{_n}"] = {"maxnreg_override": _n}
+# The row N programs ahead asked of the L2 (one row a one-warp program): prefetch-0 never, prefetch-N at every T.
+for _n in (0, 1024, 2048, 4096, 8192):
+    AB_VARIANTS[f"prefetch-{_n}"] = {"prefetch_rows_override": _n}
 AB_VARIANTS["no-maxnreg"] = {"maxnreg_override": 0}  # ptxas decides everywhere (the launcher caps some launches)
 # Split rows (ungrouped rows on Q threads each): the launcher's warps (split-Q) and w warps (split-QwW).
 for _q in (2, 4, 8, 16):

@@ -236,6 +236,13 @@ nan_dead_override: bool | None = None
 # against 4 x 713 on four warps; --ab-variants four-warps-wide times the old launch. exact32_override forces it on
 # or off anywhere (tests; off refuses one warp on 1024+ lanes, and the launcher then takes four warps).
 exact32_override: bool | None = None
+# One row a one-warp program asks the L2 for the row PREFETCH_ROWS programs ahead (the kernel's PREFETCH_ROWS, a PTX
+# prefetch a line a thread): programs start in about their order, so that row's own read then waits on the L2 rather
+# than HBM. For rows of at most 4 KB with unit column stride; 0 turns it off. prefetch_rows_override forces the
+# distance (tests, the benchmark's A/B: --ab-variants prefetch-N); None: PREFETCH_ROWS from PREFETCH_MIN_TOKENS.
+PREFETCH_ROWS = 0
+PREFETCH_MIN_TOKENS = 16384
+prefetch_rows_override: int | None = None
 # Arguments that the launch's constexprs turn off (absent tensors and their strides, unused scalars) are passed as
 # None, so that Triton leaves them out of the kernel's parameters: a launch without padding, placement or capture
 # then carries 8-10 parameters (52-64 bytes) instead of 34 (200). H200 runs 61 and 64 (BENCHMARKS.md) timed it level
@@ -544,6 +551,12 @@ def _launch(
     if maxnreg:
         extra["maxnreg"] = maxnreg
     has_padding = num_valid is None and 0 <= spec.num_valid < T
+    row_bytes = logits.shape[1] * logits.element_size()
+    prefetch_able = spec.block_m == 1 and spec.num_warps == 1 and logits.stride(1) == 1 and row_bytes <= 4096 \
+        and not spec.THREAD_ROWS and not spec.SPLIT_ROWS and not (spec.HASH and spec.SCORING != 0)
+    prefetch_rows = (PREFETCH_ROWS if T >= PREFETCH_MIN_TOKENS else 0) if prefetch_rows_override is None \
+        else prefetch_rows_override
+    prefetch_rows = prefetch_rows if prefetch_able else 0
     # What a constexpr turns off goes in as None (LEAN_PARAMS): Triton then drops it from the kernel's parameters.
     lean = LEAN_PARAMS if lean_params_override is None else lean_params_override
 
@@ -602,6 +615,7 @@ def _launch(
         BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs, SCALAR_CHECKS=scalar_checks,
         KEPT_ONLY=kept_only, NAN_DEAD_OK=nan_dead_override is not False, ROWS_IN_RANGE=spec.block_m == 1 and T >= 1,
         EXACT32=(spec.num_warps == 1 and block_g * block_gs >= 1024) if exact32_override is None else exact32_override,
+        PREFETCH_ROWS=prefetch_rows, PREFETCH_LINES=-(-row_bytes // 128) if prefetch_rows else 0,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
     )

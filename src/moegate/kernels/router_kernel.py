@@ -178,6 +178,19 @@ def _load_tile_raw(row_base, col2, col_stride, row_ok, ok2, logit_scale, softcap
 
 
 @triton.jit
+def _prefetch_row_l2(logits_ptr, row, num_tokens, row_stride, LINES: tl.constexpr):
+    """Ask the L2 for the first LINES 128-byte lines of logits row ``row`` (nothing if row >= num_tokens), one line a
+    thread of one warp; nothing waits on it. PTX prefetch.global.L2 (sm_90 SASS: CCTL.E.PF2)."""
+    STEP: tl.constexpr = 1024 // logits_ptr.dtype.element_ty.primitive_bitwidth  # elements in 128 bytes
+    line = tl.arange(0, 32)
+    ptrs = logits_ptr + row.to(tl.int64) * row_stride + line * STEP
+    ok = (line < LINES) & (row < num_tokens)
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }",
+        "=r,l,r", [ptrs, ok.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def _load_bias(bias_ptr, col2, bias_stride, ok2):
     """The correction bias of the tile's lanes in fp32 (0.0 on padding lanes)."""
     return tl.load(bias_ptr + col2.to(tl.int64) * bias_stride, mask=ok2, other=0.0).to(tl.float32)
@@ -1279,6 +1292,8 @@ def _route_kernel(
     NAN_DEAD_OK: tl.constexpr,  # fast / FMA keys: dead lanes by their NaN keys, not the row's logit sum (NAN_DEAD)
     ROWS_IN_RANGE: tl.constexpr,  # every program's rows are < T (the launcher: one row a program, T >= 1)
     EXACT32: tl.constexpr,  # the exact path's rounds on 32-bit values (_exact_rounds32: one warp, 1024+ lanes)
+    PREFETCH_ROWS: tl.constexpr,  # one row a one-warp program: the row this far ahead asked of the L2 (0: off)
+    PREFETCH_LINES: tl.constexpr,  # ... its first this many 128-byte lines (<= 32: the whole row)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
@@ -1340,6 +1355,11 @@ def _route_kernel(
         ok2 = col_ok[None, :]  # [1, BW]
         x_raw, dead = _load_tile_raw(row_base, col2, logits_col_stride, row_ok, ok2, logit_scale, softcap, HAS_SCALE,
                                      HAS_SOFTCAP, ACCURATE)  # [BM, BW]
+        if PREFETCH_ROWS > 0 and ACCURATE:
+            # A later program's row asked of the L2 now, so that its own read waits an L2 round trip, not HBM's
+            # (never under the interpreter, which has no inline PTX: ACCURATE is off there).
+            tl.static_assert(BLOCK_M == 1 and PREFETCH_LINES <= 32)
+            _prefetch_row_l2(logits_ptr, pid + PREFETCH_ROWS, num_tokens, logits_row_stride, PREFETCH_LINES)
         if BIAS_EARLY:
             # ptxas issues the bias load of sqrt-softplus rows after the scoring (to spare its registers), so a
             # small launch waits a second L2 round trip there. A select on a condition it cannot fold
