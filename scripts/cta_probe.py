@@ -63,6 +63,7 @@ def main(argv=None):
 
         probes = {"floor 16 rows 4 warps": floor(16, 4), "floor 1 row 1 warp": floor(1, 1),
                   "floor 2 rows 1 warp": floor(2, 1), "floor 4 rows 1 warp": floor(4, 1),
+                  "floor 2 rows 2 warps": floor(2, 2), "floor 4 rows 4 warps": floor(4, 4),
                   "floor loop 32/SM": loop(32), "floor loop 16/SM": loop(16)}
         for name in ("deepseek-v3-fp32", "deepseek-v4"):
             config, dtype = SHAPES[name]
