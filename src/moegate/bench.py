@@ -81,6 +81,10 @@ EXTRA_SHAPES = {
     "16-top2": (RouterConfig(16, 2, scoring="softmax", renormalize=True), torch.float32),
     "32-top8": (RouterConfig(32, 8, scoring="softmax", renormalize=True), torch.float32),
     "64-top8": (RouterConfig(64, 8, scoring="softmax", renormalize=False), torch.float32),
+    # LongCat-Flash (the preset): softmax over 512 experts and 256 zero experts (768 lanes, one warp since b3a60ac;
+    # --ab-variants four-warps-wide for the launch before), + bias, top-12, x 6.
+    "longcat-flash": (RouterConfig(512, 12, scoring="softmax", renormalize=False, has_correction_bias=True,
+                                   num_zero_experts=256, routed_scaling_factor=6.0), torch.float32),
 }
 SHAPES.update(EXTRA_SHAPES)
 DEFAULT_SHAPES = [name for name in SHAPES if name not in EXTRA_SHAPES]
