@@ -240,6 +240,7 @@ exact32_override: bool | None = None
 # prefetch a line a thread): programs start in about their order, so that row's own read then waits on the L2 rather
 # than HBM. For rows of at most 4 KB with unit column stride; 0 turns it off. prefetch_rows_override forces the
 # distance (tests, the benchmark's A/B: --ab-variants prefetch-N); None: PREFETCH_ROWS from PREFETCH_MIN_TOKENS.
+# Off: run 127 (H100, T >= 32768) timed it within -2% / +1.4% at 1024 rows ahead and slower further ahead.
 PREFETCH_ROWS = 0
 PREFETCH_MIN_TOKENS = 16384
 prefetch_rows_override: int | None = None
