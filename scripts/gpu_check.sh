@@ -33,6 +33,9 @@ if [ "${HOST:-0}" = 1 ]; then
   "$py" scripts/host_overhead.py --calls 500 --repeats 3 2>&1 | tee "$out/host.log"
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  "$py" -m moegate.bench --json "$out/bench.json" "$@" 2>&1 | tee "$out/bench.log"
+  # A second call into the same $OUT (two benches in one device call) writes bench-2.*, and so on: never over the first.
+  name=bench n=1
+  while [ -e "$out/$name.log" ]; do n=$((n + 1)); name=bench-$n; done
+  "$py" -m moegate.bench --json "$out/$name.json" "$@" 2>&1 | tee "$out/$name.log"
 fi
 exit "$test_rc"

@@ -82,7 +82,10 @@ EXTRA_SHAPES = {
     "32-top8": (RouterConfig(32, 8, scoring="softmax", renormalize=True), torch.float32),
     "64-top8": (RouterConfig(64, 8, scoring="softmax", renormalize=False), torch.float32),
     # LongCat-Flash (the preset): softmax over 512 experts and 256 zero experts (768 lanes, one warp since b3a60ac;
-    # --ab-variants four-warps-wide for the launch before), + bias, top-12, x 6.
+    # --ab-variants four-warps-wide for the launch before), + bias, top-12, x 6. SGLang's moe_fused_gate takes softmax
+    # + bias as the softmax of (logit + bias), ranked on logit + bias: not LongCat's routing (softmax score + bias for
+    # the choice, the unbiased score as weight), so its column there times another computation (run 128: every row
+    # it routed differed from the reference).
     "longcat-flash": (RouterConfig(512, 12, scoring="softmax", renormalize=False, has_correction_bias=True,
                                    num_zero_experts=256, routed_scaling_factor=6.0), torch.float32),
 }
