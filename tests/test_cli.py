@@ -650,6 +650,35 @@ def test_flashinfer_column_covers_the_shapes_its_op_computes():
     assert not bench._flashinfer_covers(RouterConfig(385, 8, scoring="sigmoid", has_correction_bias=True))
 
 
+def test_sglang_column_covers_the_shapes_its_router_computes():
+    """SGLang's moe_fused_gate is timed only where what the bench passes it (scoring, bias, top-2-sum groups,
+    renormalize, rsf) is the shape's routing: every issue shape, not LongCat-Flash (its softmax + bias is the softmax
+    of logit + bias there), nor configs with options the call leaves out."""
+    import moegate.bench as bench
+
+    covered = {name for name, (config, _) in bench.SHAPES.items() if bench._sglang_covers(config)}
+    assert covered == set(bench.SHAPES) - {"longcat-flash"}
+    assert set(bench.DEFAULT_SHAPES) <= covered
+    qwen3 = bench.SHAPES["qwen3"][0]
+    assert not bench._sglang_covers(qwen3.replace(has_correction_bias=True))
+    dsv3 = bench.SHAPES["deepseek-v3-fp32"][0]
+    for change in ({"group_fill": "zero"}, {"group_score": "max"}, {"softcap": 30.0}, {"logit_scale": 2.0},
+                   {"selection": "logits"}, {"renorm_p": 2.0}, {"renorm_eps_mode": "clamp"},
+                   {"has_expert_scale": True}):
+        assert not bench._sglang_covers(dsv3.replace(**change)), change
+    assert bench._sglang_covers(dsv3.replace(num_zero_experts=64, n_group=1, topk_group=1))
+
+
+def test_summary_without_sglang_times_says_so():
+    """A table with no SGLang time at T >= 4096 (a shape it does not compute) says so instead of a NaN geo-mean."""
+    import moegate.bench as bench
+
+    rows = [{"shape": "longcat-flash", "T": 4096, "moegate": 14.0, "floor": 5.7, "sglang": None}]
+    lines = bench.summary(rows)
+    assert lines[0].startswith("geo-mean moegate/sglang over T >= 4096: none")
+    assert not any("nan" in line.split("(")[0] for line in lines[:3])
+
+
 def test_flashinfer_is_optional(tmp_path, monkeypatch, capsys):
     """Without .peers/flashinfer-site the bench goes on without the column and says how to get it."""
     import moegate.bench as bench
