@@ -643,6 +643,7 @@ def test_flashinfer_column_covers_the_shapes_its_op_computes():
     dsv3 = bench.SHAPES["deepseek-v3-fp32"][0]
     for change in ({"group_fill": "zero"}, {"group_score": "max"}, {"renormalize": False}, {"top_k": 9},
                    {"softcap": 30.0}, {"selection": "logits"}, {"renorm_p": 2.0}, {"has_expert_scale": True},
+                   {"renorm_eps_mode": "clamp"}, {"logit_scale": 2.0},
                    {"scoring": "sqrtsoftplus"}, {"n_group": 4, "topk_group": 2},  # 64 experts a group
                    {"n_group": 8, "topk_group": 5}):  # 160 experts in the kept groups
         assert not bench._flashinfer_covers(dsv3.replace(**change)), change

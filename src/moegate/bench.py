@@ -112,13 +112,20 @@ def _load_sglang():
 FLASHINFER_LIMITS = {"max_top_k": 8, "max_group_size": 32, "max_kept_experts": 128, "max_ungrouped_experts": 384}
 
 
+def _peer_options(c) -> bool:
+    """The options both peers' routers compute as the contract does: score selection, no logit scale or softcap,
+    top-2-sum groups with the dropped ones excluded, the plain-sum renormalization with eps added, top-K (not hash)
+    routing, no expert scales. Anything else is not passed to them at all."""
+    return (c.selection == "scores" and c.logit_scale == 1.0 and c.softcap is None and c.group_score == "top2_sum"
+            and c.group_fill == "exclude" and c.renorm_p == 1.0 and c.renorm_eps_mode == "add"
+            and c.routing == "topk" and not c.has_expert_scale)
+
+
 def _flashinfer_covers(config) -> bool:
     """Whether FlashInfer's fused_topk_deepseek computes this config's routing (within its limits)."""
     c, lim = config, FLASHINFER_LIMITS
-    same_function = (c.scoring == "sigmoid" and c.has_correction_bias and c.selection == "scores"
-                     and c.logit_scale == 1.0 and c.softcap is None and c.group_score == "top2_sum"
-                     and c.group_fill == "exclude" and c.renormalize and c.renorm_p == 1.0 and c.routing == "topk"
-                     and not c.has_expert_scale and c.num_zero_experts == 0)
+    same_function = (_peer_options(c) and c.scoring == "sigmoid" and c.has_correction_bias and c.renormalize
+                     and c.num_zero_experts == 0)
     if not same_function or c.top_k > lim["max_top_k"]:
         return False
     if c.n_group > 1:
@@ -128,16 +135,10 @@ def _flashinfer_covers(config) -> bool:
 
 def _sglang_covers(config) -> bool:
     """Whether SGLang's moe_fused_gate computes this config's routing from what ``_SGLang`` passes it (scoring,
-    bias, groups, top-K, renormalize, rsf). Its softmax with a bias is the softmax of (logit + bias), ranked on
-    logit + bias, not the contract's softmax score + bias for the choice and the unbiased score as weight (run 128:
-    every LongCat-Flash row differed); a logit scale, softcap, logit selection, max or zero-fill groups, a p-norm,
-    clamped eps, hash routing and expert scales are not passed at all. Zero experts are scored with the real ones
-    there as here."""
-    c = config
-    return (not (c.scoring == "softmax" and c.has_correction_bias) and c.selection == "scores"
-            and c.logit_scale == 1.0 and c.softcap is None and c.group_score == "top2_sum"
-            and c.group_fill == "exclude" and c.renorm_p == 1.0 and c.renorm_eps_mode == "add"
-            and c.routing == "topk" and not c.has_expert_scale)
+    bias, groups, top-K, renormalize, rsf; ``_peer_options``). Its softmax with a bias is the softmax of (logit +
+    bias), ranked on logit + bias, not the contract's softmax score + bias for the choice and the unbiased score as
+    weight (run 128: every LongCat-Flash row differed). Zero experts are scored with the real ones there as here."""
+    return _peer_options(config) and not (config.scoring == "softmax" and config.has_correction_bias)
 
 
 def _load_flashinfer():
