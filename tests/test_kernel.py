@@ -1050,6 +1050,50 @@ def test_logit_keys_equal_runs_in_bf16_and_fp16(path, dtype, monkeypatch):
             torch.testing.assert_close(every.ids, want.ids, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("E,K", [(256, 8), (512, 10)], ids=["256-top8", "512-top10"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+def test_logit_keys_of_one_row_a_program_span_wide_logits(E, K, dtype, monkeypatch):
+    """One row a program on logit keys keeps wide rows on its fast path: bf16 / fp16 logits in words of their bits
+    shifted right by LOGIT_DROP (KEY_SHIFT: every value of the format kept exactly, no clamped distance), fp32 logits
+    of 512 lanes in distance words one bit shifted (DIST_SHIFT 1). Logits of std 3 put the K-th winner past the
+    unshifted words' span in ~40% of rows, all of which the exact path took before (Qwen3-Next, fp32 N(0, 1): 29 of
+    64); fp32 on 256 lanes keeps its exact distance (a binade: std 1 here). Ids the reference's; weights within
+    1e-6. Then rows of few values (exact ties everywhere, equal words), -inf, NaN and signed zeros: ids the
+    reference's and the exact path's, bit for bit."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    config = RouterConfig(E, K, scoring="softmax", renormalize=True)
+    seen = _spy_launches(monkeypatch)
+    g = torch.Generator().manual_seed(E + K)
+    std = 1.0 if (E == 256 and dtype == torch.float32) else 3.0  # (fp32 on 256 lanes: a binade of distance)
+    logits = (torch.randn(24, E, generator=g) * std).to(dtype).to(DEVICE)
+    got, (redo, _, programs) = _counted(logits, config)
+    launch = seen[-1]
+    assert launch["LOGIT_KEYS"] and programs == 24
+    assert launch["DIST_SHIFT"] == (1 if (E == 512 and dtype == torch.float32) else 0), launch["DIST_SHIFT"]
+    assert launch["LOGIT_DROP"] == {torch.float32: 0, torch.bfloat16: 16, torch.float16: 13}[dtype]
+    assert redo <= 2, redo  # (winners closer than the scores' rounding, ~1.5% of fp32 rows, redo their rows)
+    want = route(logits, config, backend="reference")
+    torch.testing.assert_close(got.ids, want.ids, rtol=0, atol=0)
+    torch.testing.assert_close(got.weights, want.weights, rtol=1e-6, atol=1e-7)
+
+    ties = (torch.randint(-6, 7, (32, E), generator=g).to(torch.float32) * 0.5).to(dtype)
+    ties[0, :] = 0.0
+    ties[1, ::2] = -0.0  # signed zeros: equal logits, ties by id
+    ties[2, : E // 2] = float("-inf")
+    ties[3, 1::3] = float("nan")
+    ties[4, :] = float("-inf")
+    ties[4, 5 : 5 + K] = -3.0
+    ties = ties.to(DEVICE)
+    got = route(ties, config, backend="triton")
+    want = route(ties, config, backend="reference")
+    torch.testing.assert_close(got.ids, want.ids, rtol=0, atol=0)
+    torch.testing.assert_close(got.weights, want.weights, rtol=1e-6, atol=1e-7)
+    monkeypatch.setattr(kr, "force_exact_override", True)
+    torch.testing.assert_close(got.ids, route(ties, config, backend="triton").ids, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("E,K,split,pair", [(None, 1, 0, False), (None, 8, 0, False), (8, 2, 0, False),
                                             (8, 8, 0, False), (None, 8, 4, False), (8, 8, 2, False),
                                             (None, 8, 4, True), (8, 8, 2, True), (None, 1, 4, True)],
@@ -1214,7 +1258,7 @@ def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
     T >= 16384, close rows redone whole; with the repair switched on (APPROX_REPAIR) at every T without groups, close
     rows repaired below T = 16384, and with groups as before. 512- and 256-lane tiles with exact distance words
     (Kimi-K2, DeepSeek-V3) from T = 32768 and 65536, under a cap of 64 registers; never 512 lanes top-22 (shifted
-    words), 64 lanes, or bf16 logits without a bias."""
+    words: its own cap of 64 from T = 16384), 64 lanes, or bf16 logits without a bias."""
     import moegate.kernels.router as kr
 
     config = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
@@ -1236,7 +1280,9 @@ def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
                              (RouterConfig(64, 8, scoring="sigmoid", has_correction_bias=True), torch.float32, False)):
         seen = _launch_kwargs(torch.empty(T, cfg.num_experts, dtype=dtype), cfg, bias=torch.zeros(cfg.num_experts))
         assert seen["APPROX_KEYS"] is want, (cfg.num_experts, dtype, T)
-        assert seen.get("maxnreg") == (64 if want else None), (cfg.num_experts, dtype, T)
+        # (512 top-22 on its shifted words: 64 from T = 16384 on exact keys, MID_ONE_WARP_MAX_REGISTERS)
+        capped = want or (cfg.top_k == 22 and T >= 16384)
+        assert seen.get("maxnreg") == (64 if capped else None), (cfg.num_experts, dtype, T)
     plain = RouterConfig(256, 8, scoring="sigmoid", n_group=8, topk_group=4)
     assert _launch_kwargs(torch.empty(T, 256, dtype=torch.bfloat16), plain)["APPROX_KEYS"] is False
     assert _launch_kwargs(torch.empty(T, 256), plain)["APPROX_KEYS"] is large
@@ -1801,7 +1847,8 @@ def test_kept_only_routes_bit_for_bit_like_all_lanes(monkeypatch):
 def test_register_cap_where_the_launcher_sets_it(monkeypatch):
     """ptxas's register cap: for rows of 2048 lanes and more (one a program, several warps; 1024 lanes too where the
     32-bit rounds are off) 56 from T = 2049, 64 from T = 257, none below; 128 for one warp on a 1024-lane row (the
-    launcher's choice, at every T); 64 for one-warp rows on fast
+    launcher's choice) below T = 16384, 80 from there; 64 for one warp on a 512-lane row from T = 16384 (512 top-22,
+    Qwen3-Next), for one-warp rows on fast
     sigmoid keys, for split rows on 8 threads in one-warp
     programs (Qwen3 at T = 8192-16383) and for two-warp split rows (from T = 16384: the exact path's softmax flush
     took them to 93 registers uncapped), none elsewhere; maxnreg_override wins (0: none)."""
@@ -1828,9 +1875,17 @@ def test_register_cap_where_the_launcher_sets_it(monkeypatch):
         seen = _launch_kwargs(torch.empty(T, 128), qwen3)
         assert seen["SPLIT_ROWS"] == split and seen.get("maxnreg") == cap, T
         assert seen["num_warps"] == (1 if T < 16384 else 2), T
-    for T in (1, 256, 4096, 65536):  # one warp on 1024 lanes: 128 at every T, keys fast or not
+    for T, cap in ((1, 128), (256, 128), (4096, 128), (16383, 128), (16384, 80), (65536, 80)):
+        # one warp on 1024 lanes: 128, then 80 from T = 16384, keys fast or not
         seen = _launch_kwargs(torch.empty(T, 896), wide, bias=torch.zeros(896))
-        assert seen["num_warps"] == 1 and seen["BLOCK_M"] == 1 and seen["EXACT32"] and seen.get("maxnreg") == 128, T
+        assert seen["num_warps"] == 1 and seen["BLOCK_M"] == 1 and seen["EXACT32"] and seen.get("maxnreg") == cap, T
+    top22 = RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True)
+    qwen3_next = RouterConfig(512, 10, scoring="softmax", renormalize=True)
+    for T, cap in ((1, None), (4096, None), (16383, None), (16384, 64), (65536, 64)):  # one warp on 512 lanes
+        for cfg in (top22, qwen3_next):
+            seen = _launch_kwargs(torch.empty(T, 512), cfg,
+                                  **({"bias": torch.zeros(512)} if cfg.has_correction_bias else {}))
+            assert seen["num_warps"] == 1 and seen["BLOCK_M"] == 1 and seen.get("maxnreg") == cap, (T, cfg.top_k)
     monkeypatch.setattr(kr, "maxnreg_override", 0)
     assert "maxnreg" not in _launch_kwargs(torch.empty(4096, 896), wide, bias=torch.zeros(896))
     monkeypatch.setattr(kr, "maxnreg_override", 40)

@@ -86,6 +86,10 @@ EXTRA_SHAPES = {
     # + bias as the softmax of (logit + bias), ranked on logit + bias: not LongCat's routing (softmax score + bias for
     # the choice, the unbiased score as weight): run 128 timed it there and every row it routed differed from the
     # reference, so the bench leaves it out of such shapes (_sglang_covers).
+    # Qwen3-Next (the preset): renormalized softmax of 512 experts, top-10, one row a warp on logit keys (fp32: distance
+    # words one bit shifted; bf16: the logits' bits shifted right by 16, KEY_SHIFT).
+    "qwen3-next": (RouterConfig(512, 10, scoring="softmax", renormalize=True), torch.float32),
+    "qwen3-next-bf16": (RouterConfig(512, 10, scoring="softmax", renormalize=True), torch.bfloat16),
     "longcat-flash": (RouterConfig(512, 12, scoring="softmax", renormalize=False, has_correction_bias=True,
                                    num_zero_experts=256, routed_scaling_factor=6.0), torch.float32),
 }
@@ -692,10 +696,11 @@ AB_VARIANTS = {
     "two-warps-wide": {"launch_override": (1, 2)},  # ... two warps (the launcher's register cap)
     "four-warps-wide": {"launch_override": (1, 4)},  # ... four warps (the launcher's choice before run 126)
 }
-# A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 96-112 for one
-# warp on a 1024-lane row (capped at 128 by default: 123 registers, 16 warps an SM; sm_90 SASS of 896 top-16 at
-# T = 65536: 112 -> 18 warps, 104 -> 19, both 18 bytes spilled and 7 more fast-path instructions; 96 -> 21, 82 bytes).
-for _n in (40, 48, 52, 56, 60, 64, 96, 104, 112):
+# A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one
+# warp on a 1024-lane row (the launcher: 128 below T = 32768, 123 registers and 16 warps an SM; 80 from there, 20 warps;
+# sm_90 SASS of 896 top-16 at T = 65536: 112 -> 18 warps, 104 -> 19, both 18 bytes spilled and 7 more fast-path
+# instructions; 96 -> 21, 82 bytes; 80 -> 25, 73 bytes); 64-72 for one warp on a 512-lane row (64 from T = 16384).
+for _n in (40, 48, 52, 56, 60, 64, 72, 80, 88, 96, 104, 112, 128):
     AB_VARIANTS[f"maxnreg-{_n}"] = {"maxnreg_override": _n}
 # The row N programs ahead asked of the L2 (one row a one-warp program): prefetch-0 never, prefetch-N at every T.
 for _n in (0, 1024, 2048, 4096, 8192):

@@ -156,6 +156,19 @@ WIDE_ROW_MID_MAX_REGISTERS = 64  # ... 256 < T <= 2048 (none below)
 # take 145 registers uncapped (13 warps an SM), 123 under this cap with nothing spilled (16); the 64 of narrower
 # one-warp fast-key rows spilled 314 bytes a thread there (sm_90 SASS, 896 top-16, T = 65536).
 WIDE_ONE_WARP_MAX_REGISTERS = 128
+# ... and from T = 32768, where a launch is many waves and more warps an SM pay: 80 registers (20 warps an SM against
+# 16; sm_90 SASS at T = 65536: 73 bytes a thread spilled for 896 top-16, 59 for LongCat-Flash, on the exact path's
+# side). H100 run 131 (BENCHMARKS.md), 896 top-16 under caps of 80 / 96 / 128: T = 65536 123.0 / 125.2 / 131.9 us,
+# 32768 68.4 / 68.6 / 71.3; level at 16384 (41.1 / 40.3 / 40.9), slower at 4096 (18.1 / 18.1 / 16.5).
+WIDE_ONE_WARP_LARGE_MAX_REGISTERS = 80
+WIDE_ONE_WARP_LARGE_MIN_TOKENS = 16384
+# One warp on a row of 257-512 lanes with shifted distance words or logit keys (512 top-22; Qwen3-Next, renormalized
+# softmax of 512) from T = 16384: 79-85 registers uncapped (24-25 warps an SM), 64 under this cap with nothing spilled
+# (32 warps, the limit of one-warp programs); the rows on exact distance words (Kimi-K2: 63-64) and those on fast
+# keys (capped at 64 already) are left as they were. H100 run 131, 512 top-22
+# capped at 64 / uncapped: T = 65536 92.3 / 96.9 us, 32768 47.9 / 50.0, 16384 28.5 / 29.0, 4096 11.70 / 11.71.
+MID_ONE_WARP_MAX_REGISTERS = 64
+MID_ONE_WARP_MIN_TOKENS = 16384
 # Split rows on 8 threads in one-warp programs (Qwen3 at T = 8192-16383): 72 registers (28 warps an SM), 64 under the
 # cap with no spill (32 warps, the one-warp limit). H200, the same launches capped / uncapped: run 49 T=8192 4.31 vs
 # 4.49 us; run 53 T=8192 4.34 vs 4.38, T=12288 4.88 vs 5.01. Two-warp split rows (from T = 16384) took 64 uncapped
@@ -254,7 +267,10 @@ lean_params_override: bool | None = None
 # 0.1% with; run 4: 532 -> 443 us at T=65536), and at 512 lanes for K >= 16, where the K-th winner sits
 # far below the best (512 top-22, run 4: the exact-path spikes of run 3 gone, 10.45 -> 4.38 us at T=64,
 # 17.5 -> 14.2 at T=4096). The shift costs an extra round, 1/K of the selection: Kimi-K2 (512 lanes,
-# top-8) measured 12-20% slower with it, so it keeps the exact distance.
+# top-8) measured 12-20% slower with it, so it keeps the exact distance. Keys that are logits (renormalized softmax on
+# logit keys, selection on the logits) spread wider than sigmoid scores: 512 lanes shift at every K there (Qwen3-Next,
+# 512 experts top-10, fp32 N(0, 1) logits under the interpreter: 29 of 64 rows on the exact path without, none with),
+# except for logits that are bf16 / fp16 values, whose exact ties would then share a distance and flag their rows.
 DIST_SHIFT_MIN_LANE_BITS = 10
 DIST_SHIFT_512_MIN_K = 16
 
@@ -338,7 +354,7 @@ logit_drop_override: bool | None = None
 def _logit_drop(dtype: torch.dtype, unscaled: bool) -> int:
     """The kernel's LOGIT_DROP: the low fp32 mantissa bits that the logits' values leave 0 (bf16 16, fp16 13), or 0
     where they may be any fp32 value (fp32 input, or a scale or softcap applied)."""
-    if not unscaled or logit_drop_override is False:
+    if not unscaled:
         return 0
     return {torch.bfloat16: 16, torch.float16: 13}.get(dtype, 0)
 
@@ -410,16 +426,17 @@ def _launch_shape(num_tokens: int, tile: int, thread_rows: bool = False, split: 
     return 1, min(16, tile // 256)
 
 
-def _dist_shift(lane_bits: int, top_k: int) -> int:
-    """The kernel's DIST_SHIFT: low ulp bits the distance words drop (see DIST_SHIFT_MIN_LANE_BITS)."""
+def _dist_shift(lane_bits: int, top_k: int, logit_keys: bool = False) -> int:
+    """The kernel's DIST_SHIFT: low ulp bits the distance words drop (see DIST_SHIFT_MIN_LANE_BITS); ``logit_keys``:
+    the selection keys are logits (logit keys or selection on the logits)."""
     return lane_bits - 8 if (lane_bits >= DIST_SHIFT_MIN_LANE_BITS
-                             or (lane_bits == 9 and top_k >= DIST_SHIFT_512_MIN_K)) else 0
+                             or (lane_bits == 9 and (top_k >= DIST_SHIFT_512_MIN_K or logit_keys))) else 0
 
 
 def _register_cap(num_tokens: int, lanes: int, block_m: int, num_warps: int, approx_sigmoid_keys: bool,
-                  split: int = 0) -> int:
-    """ptxas's register cap for a launch (0: none; see WIDE_ROW_MAX_REGISTERS, APPROX_KEYS_MAX_REGISTERS and
-    SPLIT_MAX_REGISTERS)."""
+                  split: int = 0, heavy_words: bool = False) -> int:
+    """ptxas's register cap for a launch (0: none; see WIDE_ROW_MAX_REGISTERS, APPROX_KEYS_MAX_REGISTERS,
+    MID_ONE_WARP_MAX_REGISTERS and SPLIT_MAX_REGISTERS). heavy_words: shifted distance words or logit keys."""
     if maxnreg_override is not None:
         return maxnreg_override
     if split:
@@ -427,9 +444,13 @@ def _register_cap(num_tokens: int, lanes: int, block_m: int, num_warps: int, app
     if block_m == 1 and lanes >= APPROX_KEYS_MIN_LANES and num_warps > 1 and num_tokens > 256:
         return WIDE_ROW_MAX_REGISTERS if num_tokens > 2048 else WIDE_ROW_MID_MAX_REGISTERS
     if block_m == 1 and num_warps == 1 and lanes >= APPROX_KEYS_MIN_LANES:
+        if lanes == APPROX_KEYS_MIN_LANES and num_tokens >= WIDE_ONE_WARP_LARGE_MIN_TOKENS:
+            return WIDE_ONE_WARP_LARGE_MAX_REGISTERS
         return WIDE_ONE_WARP_MAX_REGISTERS
     if block_m == 1 and num_warps == 1 and approx_sigmoid_keys:
         return APPROX_KEYS_MAX_REGISTERS
+    if block_m == 1 and num_warps == 1 and lanes == 512 and heavy_words and num_tokens >= MID_ONE_WARP_MIN_TOKENS:
+        return MID_ONE_WARP_MAX_REGISTERS
     return 0
 
 
@@ -545,10 +566,14 @@ def _launch(
     # By default on fast keys only: FMA keys cost more to compute again than the rounds save (sass_count.py,
     # DeepSeek-V3 T = 1: 639 instructions and 2058 modelled cycles against 611 and 1892).
     kept_only = kept_only_able and (KEPT_ONLY and approx_keys if kept_only_override is None else kept_only_override)
+    # Logits that are bf16 / fp16 values (no scale, softcap or bias on them): their low mantissa bits are 0.
+    format_drop = _logit_drop(logits.dtype, logit_scale == 1.0 and not spec.HAS_SOFTCAP and bias is None)
+    logit_drop = format_drop if logit_keys and logit_drop_override is not False else 0
     use_pdl = _use_pdl(logits.device, T, bool(spec.THREAD_ROWS), spec.SPLIT_ROWS, spec.num_warps)
     extra = {"launch_pdl": True} if use_pdl else {}
+    dist_shift = _dist_shift(lane_bits, spec.K, (logit_keys or bool(spec.SELECT_LOGITS)) and not format_drop)
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
-                            spec.SPLIT_ROWS)
+                            spec.SPLIT_ROWS, heavy_words=bool(dist_shift or logit_keys))
     if maxnreg:
         extra["maxnreg"] = maxnreg
     has_padding = num_valid is None and 0 <= spec.num_valid < T
@@ -605,10 +630,9 @@ def _launch(
         BLOCK_G=block_g, BLOCK_GS=block_gs,
         # One row a program: one more column for the (K + 1)-th round's word of the margin checks (two with the repair).
         BLOCK_KC=_pow2(spec.K + spec.C + (2 if approx_repair else 1 if spec.block_m == 1 else 0)),
-        DIST_SHIFT=_dist_shift(lane_bits, spec.K),
+        DIST_SHIFT=dist_shift,
         HAS_SCALE=logit_scale != 1.0, TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, APPROX_REPAIR=approx_repair,
-        LOGIT_KEYS=logit_keys, LOGIT_DROP=_logit_drop(logits.dtype, logit_keys and logit_scale == 1.0
-                                                      and not spec.HAS_SOFTCAP),
+        LOGIT_KEYS=logit_keys, LOGIT_DROP=logit_drop,
         THREAD_ROWS=bool(spec.THREAD_ROWS), SPLIT_ROWS=spec.SPLIT_ROWS,
         PAIR_EXACT=bool(spec.SPLIT_ROWS and logit_keys and (SPLIT_PAIR_EXACT if split_pair_exact_override is None
                                                               else split_pair_exact_override)),

@@ -223,6 +223,15 @@ def _key_of32(hi):
     return tl.where(hi >= 0, hi, hi ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
 
 
+@triton.jit
+def _unshift_key(v, KEY_SHIFT: tl.constexpr):
+    """Order-preserving bits of a bf16 / fp16 logit from the same bits shifted right by KEY_SHIFT (the key words of
+    one row a program, LOGIT_KEYS): their low KEY_SHIFT bits are all 0 for a key >= +0.0 and all 1 below it."""
+    if KEY_SHIFT == 0:
+        return v
+    return tl.where(v >= 0, v << KEY_SHIFT, (v << KEY_SHIFT) | ((1 << KEY_SHIFT) - 1))
+
+
 # Approximate sigmoid keys (APPROX_KEYS) differ from the exact ones by at most KEY_ERR_ABS + |key| *
 # KEY_ERR_REL. Error budget of 1 / (1 + ex2.approx(-x log2 e)) with div.full: the product x log2 e rounds
 # (relative 2**-24, i.e. |x| 6e-8 in the exponent), ex2.approx errs by 2**-22.5 relative, 1 + e rounds,
@@ -495,13 +504,14 @@ def _row_flags(flags, hi_max, span, fma_band, row_dead, raw_bad, kept_min, dropp
 def _column_checks(w, wn, c, base, bias_mag, m_row, K: tl.constexpr, LANE_BITS: tl.constexpr,
                    DIST_SHIFT: tl.constexpr, SCORING: tl.constexpr, APPROX_KEYS: tl.constexpr,
                    LOGIT_KEYS: tl.constexpr, RAW_BITS: tl.constexpr, MARGIN: tl.constexpr = True,
-                   LOGIT_DROP: tl.constexpr = 0):
+                   LOGIT_DROP: tl.constexpr = 0, KEY_SHIFT: tl.constexpr = 0):
     """Whether output column c (< K) of one row a program makes the row ambiguous, from its round word w and the next
     round's word wn (INT32_MIN past the rounds). Both forms of step 5's checks call it: the vector form on every
     column at once after the rounds (w, wn, c the columns' vectors), SCALAR_CHECKS on the rounds' scalars as they
     come (c a constant). MARGIN: with the fast keys' margin between adjacent winners (_approx_repair takes it apart).
     Winners are allowed lanes in strictly decreasing words; a next word that is not below means the rounds ran out of
-    allowed lanes, which the configs route() accepts cannot do before column K - 1 (a guard)."""
+    allowed lanes, which the configs route() accepts cannot do before column K - 1 (a guard). KEY_SHIFT: the words
+    hold the logit keys' bits shifted right by it (bf16 / fp16 logits, see _unshift_key)."""
     d = w >> LANE_BITS
     dn = wn >> LANE_BITS
     has_next = (wn >= 0) & (wn < w)
@@ -518,8 +528,8 @@ def _column_checks(w, wn, c, base, bias_mag, m_row, K: tl.constexpr, LANE_BITS: 
     elif LOGIT_KEYS:
         # The winners' logits from their words: exact at DIST_SHIFT 0 (equal words, equal logits), else the winner's
         # lowest and the next word's highest (never equal then); a clamped d says nothing.
-        k_lo = _key_of32(base + (d << DIST_SHIFT))
-        k_next = _key_of32(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1))
+        k_lo = _key_of32(_unshift_key(base + (d << DIST_SHIFT), KEY_SHIFT))
+        k_next = _key_of32(_unshift_key(base + (dn << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1), KEY_SHIFT))
         amb = amb | (d == 0) | (k_lo < m_row - 75.0) | (has_next & _logit_keys_close(k_lo, k_next, m_row))
         # The K-th winner's logit repeated by the first loser: a run of equal logits may go on past the words seen,
         # to a lower-id logit a little below whose score rounds to theirs (a tie the lower id wins).
@@ -1514,6 +1524,13 @@ def _route_kernel(
             # One row a program: each round's best is a scalar, the words of the K (+ 1) rounds land in a
             # flat vector (one a thread), and the checks run on that vector once, after the rounds.
             span = ((2147483648 // BLOCK_W) << DIST_SHIFT) - 1
+            # Logit keys of bf16 / fp16 logits (no scale or softcap: LOGIT_DROP > 0) leave their low LOGIT_DROP bits
+            # all 0 (keys >= +0.0, -0.0 made +0.0) or all 1 (below): shifted out, the words keep every such key
+            # exactly and their distances span the whole format (no clamp, where 256-512 lanes of N(0, 1) logits had
+            # the K-th winner past the span in ~40% of rows: the exact path). Padding lanes stay lowest.
+            KEY_SHIFT: tl.constexpr = LOGIT_DROP if (LOGIT_KEYS and DIST_SHIFT == 0) else 0
+            if KEY_SHIFT > 0:
+                hi = hi >> KEY_SHIFT
             if not KEEP_IN_WORDS:
                 hi_max = tl.max(tl.max(hi, axis=1), axis=0)
             base = tl.maximum(hi_max.to(tl.int64) - span, INT32_MIN).to(tl.int32)
@@ -1558,11 +1575,12 @@ def _route_kernel(
                     # Column i - 1 against its next word, as soon as that is known (the rounds' scalars).
                     amb_s = amb_s | _column_checks(prev, best, i - 1, base, bias_mag, m_row, K, LANE_BITS,
                                                    DIST_SHIFT, SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS,
-                                                   LOGIT_DROP=LOGIT_DROP)
+                                                   LOGIT_DROP=LOGIT_DROP, KEY_SHIFT=KEY_SHIFT)
                     prev = best
             if SCALAR_CHECKS and ROUNDS == K:
                 amb_s = amb_s | _column_checks(prev, INT32_MIN, K - 1, base, bias_mag, m_row, K, LANE_BITS, DIST_SHIFT,
-                                               SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS, LOGIT_DROP=LOGIT_DROP)
+                                               SCORING, APPROX_KEYS, LOGIT_KEYS, RAW_BITS, LOGIT_DROP=LOGIT_DROP,
+                                               KEY_SHIFT=KEY_SHIFT)
             # Round i + 1's word at i: wk one column on (a shuffle; the launcher gives one row a program a column
             # for each round), INT32_MIN past the rounds.
             tl.static_assert(ROUNDS <= BLOCK_KC, "one row a program keeps every round's word in wk")
@@ -1570,7 +1588,7 @@ def _route_kernel(
             wn = tl.where(f_col + 1 < ROUNDS, wn, INT32_MIN)
             cur = f_col < K
             amb = cur & _column_checks(wk, wn, f_col, base, bias_mag, m_row, K, LANE_BITS, DIST_SHIFT, SCORING,
-                                       APPROX_KEYS, LOGIT_KEYS, RAW_BITS, not APPROX_REPAIR, LOGIT_DROP)
+                                       APPROX_KEYS, LOGIT_KEYS, RAW_BITS, not APPROX_REPAIR, LOGIT_DROP, KEY_SHIFT)
             close_any = f_col < 0  # close winners for _approx_repair (none without it)
             if APPROX_REPAIR:
                 tl.static_assert((N_GROUP == 1) and (BLOCK_KC >= K + 2), "the repair takes K + 2 words, no groups")
@@ -1611,7 +1629,7 @@ def _route_kernel(
             if WORD_LOGITS:
                 # A winner's word holds its logit's bits exactly (distance below the best, no shift) unless
                 # the distance was clamped, and then the row is ambiguous: no second, dependent read.
-                e_x = tl.where(cur, _key_of32(base + (wk >> LANE_BITS)), float("-inf"))
+                e_x = tl.where(cur, _key_of32(_unshift_key(base + (wk >> LANE_BITS), KEY_SHIFT)), float("-inf"))
             if ambiguous:
                 hi_x = hi
                 if KEEP_IN_WORDS:  # the exact keys of the fast path (no fast or FMA keys): drop the groups here
