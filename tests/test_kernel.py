@@ -1050,6 +1050,48 @@ def test_logit_keys_equal_runs_in_bf16_and_fp16(path, dtype, monkeypatch):
             torch.testing.assert_close(every.ids, want.ids, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("depth", [2, 4, 6])
+@pytest.mark.parametrize("config", [RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True),
+                                    RouterConfig(512, 10, scoring="softmax", renormalize=True),
+                                    RouterConfig(384, 8, scoring="sqrtsoftplus", has_correction_bias=True),
+                                    RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8,
+                                                 topk_group=4)],
+                         ids=["896-top16", "512-softmax-top10", "384-ssp-top8", "256-grouped"])
+def test_rounds_on_cached_group_words(config, depth, monkeypatch):
+    """One row a program with CACHE_DEPTH: each of 32 lane groups' top words cached, the rounds on the groups'
+    heads. Random rows route like the reference (ids exact, weights 1e-6); rows whose winners crowd one group
+    (every lane 4g..4g+3 of each 128 raised) empty its cache before the last round and must take the exact path
+    (counted: every such program redone) and still route like the reference. Poisoned outputs."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    monkeypatch.setattr(kr, "cache_rounds_override", depth)
+    monkeypatch.setattr(kr, "kept_only_override", False)
+    seen = _spy_launches(monkeypatch)
+    E = config.num_experts
+    g = torch.Generator().manual_seed(E * 10 + depth)
+    x = torch.randn(24, E, generator=g)
+    crowded = list(range(12, 18))
+    for r in crowded:
+        lanes = [b * 128 + 4 * (r % 32) + v for b in range(-(-E // 128)) for v in range(4)]
+        x[r, [lane for lane in lanes if lane < E]] += 6.0
+    bias = (torch.randn(E, generator=g) * 0.01).to(DEVICE) if config.has_correction_bias else None
+    x = x.to(DEVICE)
+    kw = {"bias": bias} if bias is not None else {}
+    want = route(x, config, backend="reference", **kw)
+    for rows in (list(range(12)), crowded):
+        weights = torch.full((len(rows), config.top_k), float("nan"), device=DEVICE)
+        ids = torch.full((len(rows), config.top_k), -7, dtype=torch.int32, device=DEVICE)
+        got, (redo, _, programs) = _counted(x[rows], config, out=(weights, ids), **kw)
+        assert seen[-1]["CACHE_DEPTH"] == depth and seen[-1]["BLOCK_M"] == 1
+        torch.testing.assert_close(ids, want.ids[rows], rtol=0, atol=0)
+        torch.testing.assert_close(weights, want.weights[rows], rtol=1e-6, atol=1e-7)
+        if rows == crowded:  # the group's cache ran out (all lanes of the group are winners, K > depth)
+            assert redo == programs, (redo, programs)
+        elif depth >= 4:
+            assert redo <= 1, redo
+
+
 @pytest.mark.parametrize("E,K", [(256, 8), (512, 10)], ids=["256-top8", "512-top10"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
 def test_logit_keys_of_one_row_a_program_span_wide_logits(E, K, dtype, monkeypatch):

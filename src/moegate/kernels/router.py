@@ -272,6 +272,15 @@ lean_params_override: bool | None = None
 # 512 experts top-10, fp32 N(0, 1) logits under the interpreter: 29 of 64 rows on the exact path without, none with),
 # except for logits that are bf16 / fp16 values, whose exact ties would then share a distance and flag their rows.
 DIST_SHIFT_MIN_LANE_BITS = 10
+# Rounds on cached words (the kernel's CACHE_DEPTH): one row a program of CACHE_MIN_LANES lanes or more and top-k of
+# CACHE_MIN_K or more first finds the top CACHE_DEPTH words of each of 32 lane groups (CACHE_VEC adjacent lanes a
+# block: a thread's own lanes where the words keep the logits' 16-byte loads), then runs each round on the 32 heads.
+# Depth 4 up to top-10, 5 up to top-16, 6 beyond (a group that runs out before the last round sends the row to the
+# exact path: ~0.5% of random rows). cache_rounds_override forces a depth (0: the plain rounds; tests, --ab-variants).
+CACHE_MIN_LANES = 1 << 30  # (off until timed)
+CACHE_MIN_K = 8
+CACHE_VEC = 4
+cache_rounds_override: int | None = None
 DIST_SHIFT_512_MIN_K = 16
 
 
@@ -426,6 +435,13 @@ def _launch_shape(num_tokens: int, tile: int, thread_rows: bool = False, split: 
     return 1, min(16, tile // 256)
 
 
+def _cache_depth(lanes: int, top_k: int) -> int:
+    """The kernel's CACHE_DEPTH for one row a program (0: plain rounds): see CACHE_MIN_LANES."""
+    if lanes < CACHE_MIN_LANES or top_k < CACHE_MIN_K:
+        return 0
+    return 4 if top_k <= 10 else 5 if top_k <= 16 else 6
+
+
 def _dist_shift(lane_bits: int, top_k: int, logit_keys: bool = False) -> int:
     """The kernel's DIST_SHIFT: low ulp bits the distance words drop (see DIST_SHIFT_MIN_LANE_BITS); ``logit_keys``:
     the selection keys are logits (logit keys or selection on the logits)."""
@@ -572,6 +588,10 @@ def _launch(
     use_pdl = _use_pdl(logits.device, T, bool(spec.THREAD_ROWS), spec.SPLIT_ROWS, spec.num_warps)
     extra = {"launch_pdl": True} if use_pdl else {}
     dist_shift = _dist_shift(lane_bits, spec.K, (logit_keys or bool(spec.SELECT_LOGITS)) and not format_drop)
+    cache_able = (spec.block_m == 1 and not (spec.THREAD_ROWS or spec.SPLIT_ROWS or spec.HASH or select_truncated
+                                             or kept_only) and (block_g * block_gs) % (32 * CACHE_VEC) == 0)
+    cache_depth = _cache_depth(block_g * block_gs, spec.K) if cache_rounds_override is None else cache_rounds_override
+    cache_depth = cache_depth if cache_able else 0
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
                             spec.SPLIT_ROWS, heavy_words=bool(dist_shift or logit_keys))
     if maxnreg:
@@ -640,6 +660,7 @@ def _launch(
         BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs, SCALAR_CHECKS=scalar_checks,
         KEPT_ONLY=kept_only, NAN_DEAD_OK=nan_dead_override is not False, ROWS_IN_RANGE=spec.block_m == 1 and T >= 1,
         EXACT32=(spec.num_warps == 1 and block_g * block_gs >= 1024) if exact32_override is None else exact32_override,
+        CACHE_DEPTH=cache_depth, CACHE_VEC=CACHE_VEC,
         PREFETCH_ROWS=prefetch_rows, PREFETCH_LINES=-(-row_bytes // 128) if prefetch_rows else 0,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,

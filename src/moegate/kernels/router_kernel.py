@@ -542,6 +542,15 @@ def _column_checks(w, wn, c, base, bias_mag, m_row, K: tl.constexpr, LANE_BITS: 
 
 
 @triton.jit
+def _cache_next(f3, c):
+    """Each lane group's next word below c ([G, 32, V] words, c [32]; INT32_MIN past the group's last): the rounds'
+    unsigned step (see the rounds of one row a program) inside each group, no reduction across threads."""
+    step = tl.max(tl.max((f3 - c[None, :, None]).to(tl.uint32, bitcast=True), axis=2), axis=0)
+    nxt = c + step.to(tl.int32, bitcast=True)
+    return tl.where(nxt < c, nxt, INT32_MIN)  # wrapped (past the padding) or back at the top: none left
+
+
+@triton.jit
 def _top2_combine(a1, a2, b1, b2):
     """The two largest of two (largest, second) pairs, a repeated largest counted twice."""
     return tl.maximum(a1, b1), tl.maximum(tl.minimum(a1, b1), tl.maximum(a2, b2))
@@ -1304,6 +1313,8 @@ def _route_kernel(
     EXACT32: tl.constexpr,  # the exact path's rounds on 32-bit values (_exact_rounds32: one warp, 1024+ lanes)
     PREFETCH_ROWS: tl.constexpr,  # one row a one-warp program: the row this far ahead asked of the L2 (0: off)
     PREFETCH_LINES: tl.constexpr,  # ... its first this many 128-byte lines (<= 32: the whole row)
+    CACHE_DEPTH: tl.constexpr,  # one row a program: rounds on the top CACHE_DEPTH words of 32 lane groups (0: off)
+    CACHE_VEC: tl.constexpr,  # ... a group: lanes r * 32 * CACHE_VEC + g * CACHE_VEC + v (a thread's own lanes)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
@@ -1561,6 +1572,27 @@ def _route_kernel(
                                                                  else K)
             amb_s = hi_max != hi_max  # False; column 0 is checked with round 1 (or after the loop)
             prev = best
+            if CACHE_DEPTH > 0:
+                # Wide rows: the lanes fall into 32 groups (a thread's own lanes where the layout gives each thread
+                # CACHE_VEC adjacent lanes a block of 32 * CACHE_VEC), and each group's top CACHE_DEPTH words are
+                # found first by the rounds' unsigned step inside the group (no reduction across threads). A round
+                # is then one max over the 32 groups' heads, the winning group's head popped: CACHE_DEPTH selects a
+                # group, where the plain round took one add-max a lane. A group whose cache ran empty while it may
+                # hold more (its last cached word real) before a later round makes the row ambiguous: the exact
+                # path routes it (P(Poisson(K / 32) >= CACHE_DEPTH) a group on random rows, ~0.5% of rows).
+                tl.static_assert((CACHE_DEPTH >= 2) and (CACHE_DEPTH <= 6) and (BLOCK_W % (32 * CACHE_VEC) == 0)
+                                 and not KEPT_ONLY)
+                f3 = tl.reshape(fast, [BLOCK_W // (32 * CACHE_VEC), 32, CACHE_VEC])
+                c0 = tl.max(tl.max(f3, axis=2), axis=0)  # [32]
+                none = tl.zeros_like(c0) + INT32_MIN
+                c1 = _cache_next(f3, c0)
+                c2 = _cache_next(f3, c1) if CACHE_DEPTH > 2 else none
+                c3 = _cache_next(f3, c2) if CACHE_DEPTH > 3 else none
+                c4 = _cache_next(f3, c3) if CACHE_DEPTH > 4 else none
+                c5 = _cache_next(f3, c4) if CACHE_DEPTH > 5 else none
+                c_last = c5 if CACHE_DEPTH == 6 else (c4 if CACHE_DEPTH == 5 else (c3 if CACHE_DEPTH == 4 else
+                                                                                    (c2 if CACHE_DEPTH == 3 else c1)))
+                full = c_last > INT32_MIN  # the group may hold more than its cache
             for i in tl.static_range(1, ROUNDS):
                 # The next word down without marking the winners: word - best, as unsigned, is above 2**31
                 # for the allowed words under best (larger for larger words), and at most 2**31 for best
@@ -1568,8 +1600,18 @@ def _route_kernel(
                 # took a compare, a select and a max. (The complement of best - 1 - word's unsigned min, which
                 # took a further add a round: SASS.) Out of allowed words, the next is INT32_MIN where the row
                 # has such lanes, else the top word again: both fail the checks below.
-                step = tl.max(tl.max((fast - best).to(tl.uint32, bitcast=True), axis=1), axis=0)
-                best = best + step.to(tl.int32, bitcast=True)
+                if CACHE_DEPTH > 0:
+                    win = c0 == best  # the group of round i - 1's word (words are distinct: one group)
+                    c0 = tl.where(win, c1, c0)
+                    c1 = tl.where(win, c2, c1)
+                    c2 = tl.where(win, c3, c2)
+                    c3 = tl.where(win, c4, c3)
+                    c4 = tl.where(win, c5, c4)
+                    c5 = tl.where(win, INT32_MIN, c5)
+                    best = tl.max(c0, axis=0)
+                else:
+                    step = tl.max(tl.max((fast - best).to(tl.uint32, bitcast=True), axis=1), axis=0)
+                    best = best + step.to(tl.int32, bitcast=True)
                 wk = tl.where(f_col == i, best, wk)
                 if SCALAR_CHECKS:
                     # Column i - 1 against its next word, as soon as that is known (the rounds' scalars).
@@ -1609,6 +1651,10 @@ def _route_kernel(
                 ambiguous = _row_flags(tl.max(amb.to(tl.int32), axis=0) > 0, hi_max, span, fma_band, row_dead,
                                        raw_bad, kept_min, dropped_max, bias_mag, SCORING, N_GROUP, FMA_KEYS,
                                        DEAD_BY_ROW, RAW_BITS, KEEP_IN_WORDS, APPROX_KEYS, NAN_DEAD)
+            if CACHE_DEPTH > 0:
+                # A full group popped CACHE_DEPTH times has an empty head from then on (and no group's head comes
+                # back): its state after the last pop says whether any round ran without its next word.
+                ambiguous = ambiguous | (tl.max((full & (c0 == INT32_MIN)).to(tl.int32), axis=0) > 0)
             e_ids = tl.where(cur, (BLOCK_W - 1) - (wk & (BLOCK_W - 1)), 0)  # lanes
             if APPROX_REPAIR:
                 repair = (tl.max(close_any.to(tl.int32), axis=0) > 0) & (ambiguous == 0)
