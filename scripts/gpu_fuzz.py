@@ -64,10 +64,11 @@ PATH_KNOBS = {
     "lean_params_override": (None, None, False),
     "exact32_override": (None, None, None, True),
     "launch_override": (None, None, (1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (4, 1), (64, 2)),
+    "cache_rounds_override": (None, None, 0, 2, 3, 4, 5, 6),
 }
 # The kernel's constexprs that name a path (--force-paths counts each launch's).
 PATH_FLAGS = ("APPROX_KEYS", "APPROX_REPAIR", "FMA_KEYS", "LOGIT_KEYS", "FORCE_EXACT", "TILE_WEIGHTS", "BIAS_EARLY",
-              "WINNERS_IN_REGS", "SCALAR_CHECKS", "KEPT_ONLY", "PAIR_EXACT", "EXACT32")
+              "WINNERS_IN_REGS", "SCALAR_CHECKS", "KEPT_ONLY", "PAIR_EXACT", "EXACT32", "CACHE_DEPTH")
 
 
 def draw_paths(seed: int) -> dict:

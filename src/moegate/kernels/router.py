@@ -274,12 +274,12 @@ lean_params_override: bool | None = None
 DIST_SHIFT_MIN_LANE_BITS = 10
 # Rounds on cached words (the kernel's CACHE_DEPTH): one row a program of CACHE_MIN_LANES lanes or more and top-k of
 # CACHE_MIN_K or more first finds the top CACHE_DEPTH words of each of 32 lane groups (CACHE_VEC adjacent lanes a
-# block: a thread's own lanes where the words keep the logits' 16-byte loads), then runs each round on the 32 heads.
+# block, 16 bytes of logits: a thread's own lanes where the words keep the loads' layout), then runs each round on the
+# 32 heads.
 # Depth 4 up to top-10, 5 up to top-16, 6 beyond (a group that runs out before the last round sends the row to the
 # exact path: ~0.5% of random rows). cache_rounds_override forces a depth (0: the plain rounds; tests, --ab-variants).
 CACHE_MIN_LANES = 1 << 30  # (off until timed)
 CACHE_MIN_K = 8
-CACHE_VEC = 4
 cache_rounds_override: int | None = None
 DIST_SHIFT_512_MIN_K = 16
 
@@ -588,8 +588,10 @@ def _launch(
     use_pdl = _use_pdl(logits.device, T, bool(spec.THREAD_ROWS), spec.SPLIT_ROWS, spec.num_warps)
     extra = {"launch_pdl": True} if use_pdl else {}
     dist_shift = _dist_shift(lane_bits, spec.K, (logit_keys or bool(spec.SELECT_LOGITS)) and not format_drop)
+    # A thread's own lanes: the logits' 16-byte loads give it 4 fp32 or 8 bf16 / fp16 adjacent lanes a block.
+    cache_vec = 16 // logits.element_size() if logits.stride(1) == 1 else 1
     cache_able = (spec.block_m == 1 and not (spec.THREAD_ROWS or spec.SPLIT_ROWS or spec.HASH or select_truncated
-                                             or kept_only) and (block_g * block_gs) % (32 * CACHE_VEC) == 0)
+                                             or kept_only) and (block_g * block_gs) % (32 * cache_vec) == 0)
     cache_depth = _cache_depth(block_g * block_gs, spec.K) if cache_rounds_override is None else cache_rounds_override
     cache_depth = cache_depth if cache_able else 0
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
@@ -660,7 +662,7 @@ def _launch(
         BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs, SCALAR_CHECKS=scalar_checks,
         KEPT_ONLY=kept_only, NAN_DEAD_OK=nan_dead_override is not False, ROWS_IN_RANGE=spec.block_m == 1 and T >= 1,
         EXACT32=(spec.num_warps == 1 and block_g * block_gs >= 1024) if exact32_override is None else exact32_override,
-        CACHE_DEPTH=cache_depth, CACHE_VEC=CACHE_VEC,
+        CACHE_DEPTH=cache_depth, CACHE_VEC=cache_vec,
         PREFETCH_ROWS=prefetch_rows, PREFETCH_LINES=-(-row_bytes // 128) if prefetch_rows else 0,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
