@@ -1050,6 +1050,35 @@ def test_logit_keys_equal_runs_in_bf16_and_fp16(path, dtype, monkeypatch):
             torch.testing.assert_close(every.ids, want.ids, rtol=0, atol=0)
 
 
+def test_cached_rounds_where_the_launcher_takes_them(monkeypatch):
+    """CACHE_DEPTH from _cache_depth (4 up to top-10, 5 up to top-16, 6 beyond; none below CACHE_MIN_LANES lanes or
+    CACHE_MIN_K) on one row a one-warp program only: never with several warps a row, rows a program, the kept groups'
+    lanes or truncated softmax words; CACHE_VEC the lanes of the logits' 16-byte loads (4 fp32, 8 bf16). Off by
+    default (CACHE_MIN_LANES beyond every tile until timed on a GPU)."""
+    import moegate.kernels.router as kr
+
+    wide = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
+    assert _launch_kwargs(torch.empty(64, 896), wide, bias=torch.zeros(896))["CACHE_DEPTH"] == 0
+    monkeypatch.setattr(kr, "CACHE_MIN_LANES", 512)
+    for cfg, depth in ((wide, 5), (RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True), 6),
+                       (RouterConfig(512, 10, scoring="softmax", renormalize=True), 4),
+                       (RouterConfig(512, 4, scoring="softmax", renormalize=True), 0),  # K < CACHE_MIN_K
+                       (RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True), 0)):  # < 512 lanes
+        E = cfg.num_experts
+        for dtype, vec in ((torch.float32, 4), (torch.bfloat16, 8)):
+            seen = _launch_kwargs(torch.empty(64, E, dtype=dtype), cfg,
+                                  **({"bias": torch.zeros(E)} if cfg.has_correction_bias else {}))
+            assert seen["CACHE_DEPTH"] == depth and seen["CACHE_VEC"] == vec, (E, cfg.top_k, dtype)
+    for override in ((1, 2), (2, 1)):  # several warps a row, several rows a program
+        monkeypatch.setattr(kr, "launch_override", override)
+        assert _launch_kwargs(torch.empty(64, 896), wide, bias=torch.zeros(896))["CACHE_DEPTH"] == 0, override
+    monkeypatch.setattr(kr, "launch_override", None)
+    monkeypatch.setattr(kr, "cache_rounds_override", 3)
+    assert _launch_kwargs(torch.empty(64, 896), wide, bias=torch.zeros(896))["CACHE_DEPTH"] == 3
+    plain = RouterConfig(512, 8, scoring="softmax", renormalize=False)  # truncated softmax words: no cache
+    assert _launch_kwargs(torch.empty(64, 512), plain)["CACHE_DEPTH"] == 0
+
+
 @pytest.mark.parametrize("depth", [2, 4, 6])
 @pytest.mark.parametrize("config", [RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True),
                                     RouterConfig(512, 10, scoring="softmax", renormalize=True),

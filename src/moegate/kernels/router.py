@@ -590,8 +590,9 @@ def _launch(
     dist_shift = _dist_shift(lane_bits, spec.K, (logit_keys or bool(spec.SELECT_LOGITS)) and not format_drop)
     # A thread's own lanes: the logits' 16-byte loads give it 4 fp32 or 8 bf16 / fp16 adjacent lanes a block.
     cache_vec = 16 // logits.element_size() if logits.stride(1) == 1 else 1
-    cache_able = (spec.block_m == 1 and not (spec.THREAD_ROWS or spec.SPLIT_ROWS or spec.HASH or select_truncated
-                                             or kept_only) and (block_g * block_gs) % (32 * cache_vec) == 0)
+    cache_able = (spec.block_m == 1 and spec.num_warps == 1
+                  and not (spec.THREAD_ROWS or spec.SPLIT_ROWS or spec.HASH or select_truncated or kept_only)
+                  and (block_g * block_gs) % (32 * cache_vec) == 0)
     cache_depth = _cache_depth(block_g * block_gs, spec.K) if cache_rounds_override is None else cache_rounds_override
     cache_depth = cache_depth if cache_able else 0
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
