@@ -1136,16 +1136,17 @@ def test_rounds_on_cached_group_words(config, depth, dtype, monkeypatch):
             assert emptied <= redo <= plain + emptied, (redo, plain, emptied)
 
 
-@pytest.mark.parametrize("E,K", [(256, 8), (512, 10)], ids=["256-top8", "512-top10"])
+@pytest.mark.parametrize("E,K", [(256, 8), (512, 10), (512, 16), (896, 16)],
+                         ids=["256-top8", "512-top10", "512-top16", "896-top16"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
 def test_logit_keys_of_one_row_a_program_span_wide_logits(E, K, dtype, monkeypatch):
     """One row a program on logit keys keeps wide rows on its fast path: bf16 / fp16 logits in words of their bits
     shifted right by LOGIT_DROP (KEY_SHIFT: every value of the format kept exactly, no clamped distance), fp32 logits
-    of 512 lanes in distance words one bit shifted (DIST_SHIFT 1). Logits of std 3 put the K-th winner past the
-    unshifted words' span in ~40% of rows, all of which the exact path took before (Qwen3-Next, fp32 N(0, 1): 29 of
-    64); fp32 on 256 lanes keeps its exact distance (a binade: std 1 here). Ids the reference's; weights within
-    1e-6. Then rows of few values (exact ties everywhere, equal words), -inf, NaN and signed zeros: ids the
-    reference's and the exact path's, bit for bit."""
+    of 512 lanes in distance words one bit shifted (DIST_SHIFT 1, two at 1024 lanes). Logits of std 3 put the K-th
+    winner past the unshifted words' span in ~40% of rows, all of which the exact path took before (Qwen3-Next, fp32
+    N(0, 1): 29 of 64); fp32 on 256 lanes keeps its exact distance (a binade: std 1 here). Ids the reference's; weights
+    within 1e-6. Then rows of few values (exact ties everywhere, equal words), -inf, NaN, signed zeros and negative
+    winners across binades: ids the reference's and the exact path's, bit for bit."""
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, "launch_override", (1, 1))
@@ -1157,7 +1158,8 @@ def test_logit_keys_of_one_row_a_program_span_wide_logits(E, K, dtype, monkeypat
     got, (redo, _, programs) = _counted(logits, config)
     launch = seen[-1]
     assert launch["LOGIT_KEYS"] and programs == 24
-    assert launch["DIST_SHIFT"] == (1 if (E == 512 and dtype == torch.float32) else 0), launch["DIST_SHIFT"]
+    # fp32: 512 lanes shift a bit, 1024 two; bf16 / fp16 words of the format's own bits at every width
+    assert launch["DIST_SHIFT"] == ({256: 0, 512: 1, 896: 2}[E] if dtype == torch.float32 else 0), launch["DIST_SHIFT"]
     assert launch["LOGIT_DROP"] == {torch.float32: 0, torch.bfloat16: 16, torch.float16: 13}[dtype]
     assert redo <= 2, redo  # (winners closer than the scores' rounding, ~1.5% of fp32 rows, redo their rows)
     want = route(logits, config, backend="reference")
@@ -1171,6 +1173,9 @@ def test_logit_keys_of_one_row_a_program_span_wide_logits(E, K, dtype, monkeypat
     ties[3, 1::3] = float("nan")
     ties[4, :] = float("-inf")
     ties[4, 5 : 5 + K] = -3.0
+    # Negative winners across binades (a wrong low part of their words would not cancel in the renormalization)
+    ties[5, :] = -8.0
+    ties[5, 3 : 3 + 7 * (K + 1) : 7] = (-0.3 * 1.6 ** torch.arange(K + 1.0)).to(dtype)
     ties = ties.to(DEVICE)
     got = route(ties, config, backend="triton")
     want = route(ties, config, backend="reference")

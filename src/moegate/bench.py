@@ -697,7 +697,7 @@ AB_VARIANTS = {
     "four-warps-wide": {"launch_override": (1, 4)},  # ... four warps (the launcher's choice before run 126)
 }
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one
-# warp on a 1024-lane row (the launcher: 128 below T = 32768, 123 registers and 16 warps an SM; 80 from there, 20 warps;
+# warp on a 1024-lane row (the launcher: 128 below T = 16384, 123 registers and 16 warps an SM; 80 from there, 25 warps;
 # sm_90 SASS of 896 top-16 at T = 65536: 112 -> 18 warps, 104 -> 19, both 18 bytes spilled and 7 more fast-path
 # instructions; 96 -> 21, 82 bytes; 80 -> 25, 73 bytes); 64-72 for one warp on a 512-lane row (64 from T = 16384).
 for _n in (40, 48, 52, 56, 60, 64, 72, 80, 88, 96, 104, 112, 128):

@@ -156,7 +156,7 @@ WIDE_ROW_MID_MAX_REGISTERS = 64  # ... 256 < T <= 2048 (none below)
 # take 145 registers uncapped (13 warps an SM), 123 under this cap with nothing spilled (16); the 64 of narrower
 # one-warp fast-key rows spilled 314 bytes a thread there (sm_90 SASS, 896 top-16, T = 65536).
 WIDE_ONE_WARP_MAX_REGISTERS = 128
-# ... and from T = 32768, where a launch is many waves and more warps an SM pay: 80 registers (20 warps an SM against
+# ... and from T = 16384, where a launch is many waves and more warps an SM pay: 80 registers (25 warps an SM against
 # 16; sm_90 SASS at T = 65536: 73 bytes a thread spilled for 896 top-16, 59 for LongCat-Flash, on the exact path's
 # side). H100 run 131 (BENCHMARKS.md), 896 top-16 under caps of 80 / 96 / 128: T = 65536 123.0 / 125.2 / 131.9 us,
 # 32768 68.4 / 68.6 / 71.3; level at 16384 (41.1 / 40.3 / 40.9), slower at 4096 (18.1 / 18.1 / 16.5).
@@ -270,7 +270,8 @@ lean_params_override: bool | None = None
 # top-8) measured 12-20% slower with it, so it keeps the exact distance. Keys that are logits (renormalized softmax on
 # logit keys, selection on the logits) spread wider than sigmoid scores: 512 lanes shift at every K there (Qwen3-Next,
 # 512 experts top-10, fp32 N(0, 1) logits under the interpreter: 29 of 64 rows on the exact path without, none with),
-# except for logits that are bf16 / fp16 values, whose exact ties would then share a distance and flag their rows.
+# except for logits that are bf16 / fp16 values, whose exact ties would then share a distance and flag their rows
+# (logit keys of such values take no shift at any width: see KEY_SHIFT in _launch).
 DIST_SHIFT_MIN_LANE_BITS = 10
 # Rounds on cached words (the kernel's CACHE_DEPTH): one row a program of CACHE_MIN_LANES lanes or more and top-k of
 # CACHE_MIN_K or more first finds the top CACHE_DEPTH words of each of 32 lane groups (CACHE_VEC adjacent lanes a
@@ -587,7 +588,13 @@ def _launch(
     logit_drop = format_drop if logit_keys and logit_drop_override is not False else 0
     use_pdl = _use_pdl(logits.device, T, bool(spec.THREAD_ROWS), spec.SPLIT_ROWS, spec.num_warps)
     extra = {"launch_pdl": True} if use_pdl else {}
-    dist_shift = _dist_shift(lane_bits, spec.K, (logit_keys or bool(spec.SELECT_LOGITS)) and not format_drop)
+    # Logit keys of bf16 / fp16 values sit in the words as their own bits shifted right by LOGIT_DROP (the kernel's
+    # KEY_SHIFT, with DIST_SHIFT 0 only): exact, and the distance spans every finite bf16 value at any width, every
+    # fp16 one up to 4096 lanes, so no shift at any width (with one, their exact ties would share a distance).
+    if logit_keys and logit_drop:
+        dist_shift = 0
+    else:
+        dist_shift = _dist_shift(lane_bits, spec.K, (logit_keys or bool(spec.SELECT_LOGITS)) and not format_drop)
     # A thread's own lanes: the logits' 16-byte loads give it 4 fp32 or 8 bf16 / fp16 adjacent lanes a block.
     cache_vec = 16 // logits.element_size() if logits.stride(1) == 1 else 1
     cache_able = (spec.block_m == 1 and spec.num_warps == 1

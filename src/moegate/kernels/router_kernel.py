@@ -1641,8 +1641,8 @@ def _route_kernel(
                 k_lo = _word_key(base + (d << DIST_SHIFT), RAW_BITS)
                 k_next = _word_key(base + ((wn >> LANE_BITS) << DIST_SHIFT) + ((1 << DIST_SHIFT) - 1), RAW_BITS)
                 close = cur & has_next & (_separated(k_lo, k_next, 1, SCORING, bias_mag) == 0)
-                c2 = f_col < K + 2
-                c_bad = c2 & ((wk < 0) | ((f_col < K + 1) & ((wn < 0) | (wn >= wk))))
+                k2 = f_col < K + 2
+                c_bad = k2 & ((wk < 0) | ((f_col < K + 1) & ((wn < 0) | (wn >= wk))))
                 close_any = close
                 amb = amb | (close & (tl.max(c_bad.to(tl.int32), axis=0) > 0))
             if SCALAR_CHECKS:
