@@ -65,10 +65,12 @@ PATH_KNOBS = {
     "exact32_override": (None, None, None, True),
     "launch_override": (None, None, (1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (4, 1), (64, 2)),
     "cache_rounds_override": (None, None, 0, 2, 3, 4, 5, 6),
+    "trunc_logit_words_override": (None, True, False),
 }
 # The kernel's constexprs that name a path (--force-paths counts each launch's).
 PATH_FLAGS = ("APPROX_KEYS", "APPROX_REPAIR", "FMA_KEYS", "LOGIT_KEYS", "FORCE_EXACT", "TILE_WEIGHTS", "BIAS_EARLY",
-              "WINNERS_IN_REGS", "SCALAR_CHECKS", "KEPT_ONLY", "PAIR_EXACT", "EXACT32", "CACHE_DEPTH")
+              "WINNERS_IN_REGS", "SCALAR_CHECKS", "KEPT_ONLY", "PAIR_EXACT", "EXACT32", "CACHE_DEPTH",
+              "TRUNC_LOGIT_WORDS")
 
 
 def draw_paths(seed: int) -> dict:

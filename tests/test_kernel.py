@@ -1050,6 +1050,87 @@ def test_logit_keys_equal_runs_in_bf16_and_fp16(path, dtype, monkeypatch):
             torch.testing.assert_close(every.ids, want.ids, rtol=0, atol=0)
 
 
+def test_truncated_logit_words_where_the_launcher_takes_them(monkeypatch):
+    """TRUNC_LOGIT_WORDS: off by default (until timed on a GPU); with the override, only truncated softmax words
+    (softmax without renormalization or bias) of bf16 / fp16 logits with no scale or softcap, not with zero-filled
+    groups, fp16 up to 4096 lanes (its shifted bits beside the lane bits in 31); never fp32."""
+    import moegate.kernels.router as kr
+
+    olmoe = RouterConfig(64, 8, scoring="softmax", renormalize=False)
+    x = torch.empty(16, 64, dtype=torch.bfloat16)
+    assert _launch_kwargs(x, olmoe)["TRUNC_LOGIT_WORDS"] is False
+    monkeypatch.setattr(kr, "trunc_logit_words_override", True)
+    seen = _launch_kwargs(x, olmoe)
+    assert seen["TRUNCATE_WORDS"] and seen["TRUNC_LOGIT_WORDS"] and seen["LOGIT_DROP"] == 16
+    assert _launch_kwargs(x.half(), olmoe)["LOGIT_DROP"] == 13
+    assert _launch_kwargs(x.float(), olmoe)["TRUNC_LOGIT_WORDS"] is False
+    for cfg in (RouterConfig(64, 8, scoring="softmax", renormalize=False, logit_scale=2.0),
+                RouterConfig(64, 8, scoring="softmax", renormalize=False, softcap=30.0),
+                RouterConfig(64, 6, scoring="softmax", renormalize=False, n_group=8, topk_group=2,
+                             group_score="max", group_fill="zero"),
+                RouterConfig(64, 8, scoring="softmax", renormalize=True),  # logit keys instead
+                RouterConfig(64, 8, scoring="sigmoid")):
+        assert _launch_kwargs(x, cfg)["TRUNC_LOGIT_WORDS"] is False, cfg
+    wide = RouterConfig(8192, 8, scoring="softmax", renormalize=False)
+    assert _launch_kwargs(torch.empty(4, 8192, dtype=torch.bfloat16), wide)["TRUNC_LOGIT_WORDS"] is True
+    assert _launch_kwargs(torch.empty(4, 8192, dtype=torch.float16), wide)["TRUNC_LOGIT_WORDS"] is False
+    monkeypatch.setattr(kr, "logit_drop_override", False)
+    assert _launch_kwargs(x, olmoe)["TRUNC_LOGIT_WORDS"] is False
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("config", [RouterConfig(64, 8, scoring="softmax", renormalize=False),
+                                    RouterConfig(60, 4, scoring="softmax", renormalize=False),
+                                    RouterConfig(64, 6, scoring="softmax", renormalize=False, n_group=8,
+                                                 topk_group=2, group_score="max", group_fill="exclude")],
+                         ids=["64-top8", "60-top4", "64-groups-exclude"])
+@pytest.mark.parametrize("launch", [(1, 1), (2, 1)], ids=["one-row", "two-rows"])
+def test_truncated_softmax_on_logit_words(config, dtype, launch, monkeypatch):
+    """Softmax without renormalization on bf16 / fp16 logits with TRUNC_LOGIT_WORDS: the words are the logits' own
+    bits, so exact ties (equal logits, equal scores) stay on the fast path, ordered by id; near ties whose scores may
+    round equal, a K-th logit repeated by the first loser near 0 (_run_rows_in_format's near rows), winners 75 below
+    the max, dead lanes: flagged and redone. Ids the reference's and the forced exact path's; weights within 1e-6; on
+    random rows far fewer programs redone than on the truncated score words (which flag every exact tie)."""
+    import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "launch_override", launch)
+    seen = _spy_launches(monkeypatch)
+    E, K = config.num_experts, config.top_k
+    g = torch.Generator().manual_seed(E + K + launch[0])
+    x = torch.randn(48, E, generator=g)
+    x[0] = 0.0
+    x[1, ::3] = float("-inf")
+    x[2, 1::2] = float("nan")
+    x[3] = torch.randint(-3, 4, (E,), generator=g) * 0.25  # ties everywhere
+    x[4] = -0.0
+    x[4, 5] = 2.0 ** -20
+    x[5] = -200.0
+    x[5, :3] = 0.0  # winners 200 below the max past the third
+    x[6] = float("-inf")
+    x[6, 7 : 7 + K + 2] = 1.5
+    rows = [x.to(dtype)] + [r.to(dtype) for label, near, r in _run_rows_in_format(E, K, dtype) if near]
+    logits = torch.cat(rows).to(DEVICE)
+    want = route(logits, config, backend="reference")
+    monkeypatch.setattr(kr, "force_exact_override", True)
+    exact = route(logits, config, backend="triton")
+    monkeypatch.setattr(kr, "force_exact_override", False)
+    # The near rows tie by score in the kernel's fp32 exp or within an ulp, where torch's exp may round the other way
+    # (as in test_logit_keys_equal_runs_in_bf16_and_fp16): there the kernel's exact path is the yardstick.
+    torch.testing.assert_close(exact.ids[:48], want.ids[:48], rtol=0, atol=0)
+    redo = {}
+    for on in (True, False):
+        monkeypatch.setattr(kr, "trunc_logit_words_override", on)
+        got, (redo[on], _, programs) = _counted(logits, config)
+        assert seen[-1]["TRUNCATE_WORDS"] and seen[-1]["TRUNC_LOGIT_WORDS"] is on
+        assert seen[-1]["LOGIT_DROP"] == ((16 if dtype == torch.bfloat16 else 13) if on else 0)
+        torch.testing.assert_close(got.ids, exact.ids, rtol=0, atol=0, msg=f"words of logits: {on}")
+        same = (got.ids == want.ids).all(dim=1)
+        assert bool(same[:48].all())
+        torch.testing.assert_close(got.weights[same], want.weights[same], rtol=1e-6, atol=1e-7)
+    if dtype == torch.bfloat16:  # bf16 N(0, 1) rows tie often among the top K + 1; fp16 rarely
+        assert redo[True] < redo[False], redo
+
+
 def test_cached_rounds_where_the_launcher_takes_them(monkeypatch):
     """CACHE_DEPTH from _cache_depth (4 up to top-10, 5 up to top-16, 6 beyond; none below CACHE_MIN_LANES lanes or
     CACHE_MIN_K) on one row a one-warp program only: never with several warps a row, rows a program, the kept groups'

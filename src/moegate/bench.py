@@ -705,6 +705,9 @@ for _n in (40, 48, 52, 56, 60, 64, 72, 80, 88, 96, 104, 112, 128):
 # The row N programs ahead asked of the L2 (one row a one-warp program): prefetch-0 never, prefetch-N at every T.
 for _n in (0, 1024, 2048, 4096, 8192):
     AB_VARIANTS[f"prefetch-{_n}"] = {"prefetch_rows_override": _n}
+# Truncated softmax words of bf16 / fp16 logits from the logits' own bits (TRUNC_LOGIT_WORDS).
+AB_VARIANTS["trunc-logit-words"] = {"trunc_logit_words_override": True}
+AB_VARIANTS["trunc-score-words"] = {"trunc_logit_words_override": False}
 # Rounds on each lane group's cached top words (CACHE_DEPTH; cache-0: the plain rounds).
 for _n in (0, 3, 4, 5, 6):
     AB_VARIANTS[f"cache-{_n}"] = {"cache_rounds_override": _n}

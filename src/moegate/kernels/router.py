@@ -282,6 +282,12 @@ DIST_SHIFT_MIN_LANE_BITS = 10
 CACHE_MIN_LANES = 1 << 30  # (off until timed)
 CACHE_MIN_K = 8
 cache_rounds_override: int | None = None
+# Softmax without renormalization (no bias: truncated score words) of bf16 / fp16 logits selects on words of the
+# logits' own bits (the kernel's TRUNC_LOGIT_WORDS; checks as the logit keys'), where the truncated scores flagged every
+# exact tie (CPU survey 2026-12-05: 9-22% of bf16 OLMoE, DeepSeek-V2(-Lite), Qwen1.5-MoE programs redone, fp32 ~0%).
+# Off by default until timed on a GPU; trunc_logit_words_override forces it (tests, --ab-variants trunc-logit-words).
+TRUNC_LOGIT_WORDS = False
+trunc_logit_words_override: bool | None = None
 DIST_SHIFT_512_MIN_K = 16
 
 
@@ -585,7 +591,13 @@ def _launch(
     kept_only = kept_only_able and (KEPT_ONLY and approx_keys if kept_only_override is None else kept_only_override)
     # Logits that are bf16 / fp16 values (no scale, softcap or bias on them): their low mantissa bits are 0.
     format_drop = _logit_drop(logits.dtype, logit_scale == 1.0 and not spec.HAS_SOFTCAP and bias is None)
-    logit_drop = format_drop if logit_keys and logit_drop_override is not False else 0
+    # Truncated softmax words of such logits: the logits' own bits (fp16's shifted bits fit beside up to 4096 lanes).
+    trunc_logit_words = bool(select_truncated and format_drop and not spec.GROUP_ZERO
+                             and (format_drop == 16 or lane_bits <= 12))
+    trunc_logit_words = trunc_logit_words and (TRUNC_LOGIT_WORDS if trunc_logit_words_override is None
+                                               else trunc_logit_words_override)
+    logit_drop = format_drop if (logit_keys or trunc_logit_words) and logit_drop_override is not False else 0
+    trunc_logit_words = trunc_logit_words and logit_drop > 0
     use_pdl = _use_pdl(logits.device, T, bool(spec.THREAD_ROWS), spec.SPLIT_ROWS, spec.num_warps)
     extra = {"launch_pdl": True} if use_pdl else {}
     # Logit keys of bf16 / fp16 values sit in the words as their own bits shifted right by LOGIT_DROP (the kernel's
@@ -670,7 +682,7 @@ def _launch(
         BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs, SCALAR_CHECKS=scalar_checks,
         KEPT_ONLY=kept_only, NAN_DEAD_OK=nan_dead_override is not False, ROWS_IN_RANGE=spec.block_m == 1 and T >= 1,
         EXACT32=(spec.num_warps == 1 and block_g * block_gs >= 1024) if exact32_override is None else exact32_override,
-        CACHE_DEPTH=cache_depth, CACHE_VEC=cache_vec,
+        CACHE_DEPTH=cache_depth, CACHE_VEC=cache_vec, TRUNC_LOGIT_WORDS=trunc_logit_words,
         PREFETCH_ROWS=prefetch_rows, PREFETCH_LINES=-(-row_bytes // 128) if prefetch_rows else 0,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
