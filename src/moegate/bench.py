@@ -90,6 +90,9 @@ EXTRA_SHAPES = {
     # words one bit shifted; bf16: the logits' bits shifted right by 16, KEY_SHIFT).
     "qwen3-next": (RouterConfig(512, 10, scoring="softmax", renormalize=True), torch.float32),
     "qwen3-next-bf16": (RouterConfig(512, 10, scoring="softmax", renormalize=True), torch.bfloat16),
+    # OLMoE (the preset): softmax of 64 experts without renormalization, top-8, bf16 logits: truncated score words, or
+    # words of the logits' own bits with --ab-variants trunc-logit-words.
+    "olmoe-bf16": (RouterConfig(64, 8, scoring="softmax", renormalize=False), torch.bfloat16),
     "longcat-flash": (RouterConfig(512, 12, scoring="softmax", renormalize=False, has_correction_bias=True,
                                    num_zero_experts=256, routed_scaling_factor=6.0), torch.float32),
 }
