@@ -1156,6 +1156,10 @@ def test_cached_rounds_where_the_launcher_takes_them(monkeypatch):
     monkeypatch.setattr(kr, "launch_override", None)
     monkeypatch.setattr(kr, "cache_rounds_override", 3)
     assert _launch_kwargs(torch.empty(64, 896), wide, bias=torch.zeros(896))["CACHE_DEPTH"] == 3
+    monkeypatch.setattr(kr, "cache_rounds_override", 1)
+    with pytest.raises(ValueError, match="cache_rounds_override"):
+        _launch_kwargs(torch.empty(64, 896), wide, bias=torch.zeros(896))
+    monkeypatch.setattr(kr, "cache_rounds_override", 3)
     plain = RouterConfig(512, 8, scoring="softmax", renormalize=False)  # truncated softmax words: no cache
     assert _launch_kwargs(torch.empty(64, 512), plain)["CACHE_DEPTH"] == 0
 

@@ -273,6 +273,7 @@ lean_params_override: bool | None = None
 # except for logits that are bf16 / fp16 values, whose exact ties would then share a distance and flag their rows
 # (logit keys of such values take no shift at any width: see KEY_SHIFT in _launch).
 DIST_SHIFT_MIN_LANE_BITS = 10
+DIST_SHIFT_512_MIN_K = 16
 # Rounds on cached words (the kernel's CACHE_DEPTH): one row a program of CACHE_MIN_LANES lanes or more and top-k of
 # CACHE_MIN_K or more first finds the top CACHE_DEPTH words of each of 32 lane groups (CACHE_VEC adjacent lanes a
 # block, 16 bytes of logits: a thread's own lanes where the words keep the loads' layout), then runs each round on the
@@ -288,7 +289,6 @@ cache_rounds_override: int | None = None
 # Off by default until timed on a GPU; trunc_logit_words_override forces it (tests, --ab-variants trunc-logit-words).
 TRUNC_LOGIT_WORDS = False
 trunc_logit_words_override: bool | None = None
-DIST_SHIFT_512_MIN_K = 16
 
 
 class _Spec(NamedTuple):
@@ -612,6 +612,8 @@ def _launch(
     cache_able = (spec.block_m == 1 and spec.num_warps == 1
                   and not (spec.THREAD_ROWS or spec.SPLIT_ROWS or spec.HASH or select_truncated or kept_only)
                   and (block_g * block_gs) % (32 * cache_vec) == 0)
+    if cache_rounds_override not in (None, 0, 2, 3, 4, 5, 6):
+        raise ValueError(f"cache_rounds_override={cache_rounds_override!r}: 0 (plain rounds) or a depth of 2-6")
     cache_depth = _cache_depth(block_g * block_gs, spec.K) if cache_rounds_override is None else cache_rounds_override
     cache_depth = cache_depth if cache_able else 0
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,

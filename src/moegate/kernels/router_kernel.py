@@ -225,8 +225,9 @@ def _key_of32(hi):
 
 @triton.jit
 def _unshift_key(v, KEY_SHIFT: tl.constexpr):
-    """Order-preserving bits of a bf16 / fp16 logit from the same bits shifted right by KEY_SHIFT (the key words of
-    one row a program, LOGIT_KEYS): their low KEY_SHIFT bits are all 0 for a key >= +0.0 and all 1 below it."""
+    """Order-preserving bits of a bf16 / fp16 logit from the same bits shifted right by KEY_SHIFT (the words of one row
+    a program on logit keys, and TRUNC_LOGIT_WORDS): their low KEY_SHIFT bits are all 0 for a key >= +0.0 and all 1
+    below it."""
     if KEY_SHIFT == 0:
         return v
     return tl.where(v >= 0, v << KEY_SHIFT, (v << KEY_SHIFT) | ((1 << KEY_SHIFT) - 1))
