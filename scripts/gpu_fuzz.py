@@ -66,6 +66,7 @@ PATH_KNOBS = {
     "launch_override": (None, None, (1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (4, 1), (64, 2)),
     "cache_rounds_override": (None, None, 0, 2, 3, 4, 5, 6),
     "trunc_logit_words_override": (None, True, False),
+    "logit_span_override": (None, None, 0, 2),
 }
 # The kernel's constexprs that name a path (--force-paths counts each launch's).
 PATH_FLAGS = ("APPROX_KEYS", "APPROX_REPAIR", "FMA_KEYS", "LOGIT_KEYS", "FORCE_EXACT", "TILE_WEIGHTS", "BIAS_EARLY",

@@ -1132,17 +1132,16 @@ def test_truncated_softmax_on_logit_words(config, dtype, launch, monkeypatch):
 
 
 def test_cached_rounds_where_the_launcher_takes_them(monkeypatch):
-    """CACHE_DEPTH from _cache_depth (4 up to top-10, 5 up to top-16, 6 beyond; none below CACHE_MIN_LANES lanes or
-    CACHE_MIN_K) on one row a one-warp program only: never with several warps a row, rows a program, the kept groups'
-    lanes or truncated softmax words; CACHE_VEC the lanes of the logits' 16-byte loads (4 fp32, 8 bf16). Off by
-    default (CACHE_MIN_LANES beyond every tile until timed on a GPU)."""
+    """CACHE_DEPTH from _cache_depth (5 up to top-12, 6 beyond; none below CACHE_MIN_LANES = 512 lanes or CACHE_MIN_K)
+    on one row a one-warp program only: never with several warps a row, rows a program, the kept groups' lanes or
+    truncated softmax words; CACHE_VEC the lanes of the logits' 16-byte loads (4 fp32, 8 bf16)."""
     import moegate.kernels.router as kr
 
     wide = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
-    assert _launch_kwargs(torch.empty(64, 896), wide, bias=torch.zeros(896))["CACHE_DEPTH"] == 0
-    monkeypatch.setattr(kr, "CACHE_MIN_LANES", 512)
-    for cfg, depth in ((wide, 5), (RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True), 6),
-                       (RouterConfig(512, 10, scoring="softmax", renormalize=True), 4),
+    for cfg, depth in ((wide, 6), (RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True), 6),
+                       (RouterConfig(512, 10, scoring="softmax", renormalize=True), 5),
+                       (RouterConfig(768, 12, scoring="softmax", renormalize=False), 0),  # truncated softmax words
+                       (RouterConfig(384, 8, scoring="sigmoid", has_correction_bias=True), 5),
                        (RouterConfig(512, 4, scoring="softmax", renormalize=True), 0),  # K < CACHE_MIN_K
                        (RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True), 0)):  # < 512 lanes
         E = cfg.num_experts
@@ -1227,29 +1226,42 @@ def test_rounds_on_cached_group_words(config, depth, dtype, monkeypatch):
 def test_logit_keys_of_one_row_a_program_span_wide_logits(E, K, dtype, monkeypatch):
     """One row a program on logit keys keeps wide rows on its fast path: bf16 / fp16 logits in words of their bits
     shifted right by LOGIT_DROP (KEY_SHIFT: every value of the format kept exactly, no clamped distance), fp32 logits
-    of 512 lanes in distance words one bit shifted (DIST_SHIFT 1, two at 1024 lanes). Logits of std 3 put the K-th
-    winner past the unshifted words' span in ~40% of rows, all of which the exact path took before (Qwen3-Next, fp32
-    N(0, 1): 29 of 64); fp32 on 256 lanes keeps its exact distance (a binade: std 1 here). Ids the reference's; weights
-    within 1e-6. Then rows of few values (exact ties everywhere, equal words), -inf, NaN, signed zeros and negative
-    winners across binades: ids the reference's and the exact path's, bit for bit."""
+    in distance words that span two binades below the best (LOGIT_SPAN_LOG2: DIST_SHIFT 1 at 256 lanes, 2 at 512, 3 at
+    1024). Logits of std 3 put the K-th winner past the unshifted words' span in ~40% of rows at 512 lanes, all of
+    which the exact path took before (Qwen3-Next, fp32 N(0, 1): 29 of 64); half of the rows here hold their K-th
+    winner between a quarter and half of the best (one binade of span sent every such row to the exact path: 2.6% of
+    N(0, 1) rows at 256 lanes top-8, 1% at 512 top-10). Ids the reference's; weights within 1e-6. Then rows of few
+    values (exact ties everywhere, equal words), -inf, NaN, signed zeros and negative winners across binades: ids the
+    reference's and the exact path's, bit for bit."""
     import moegate.kernels.router as kr
 
     monkeypatch.setattr(kr, "launch_override", (1, 1))
     config = RouterConfig(E, K, scoring="softmax", renormalize=True)
     seen = _spy_launches(monkeypatch)
     g = torch.Generator().manual_seed(E + K)
-    std = 1.0 if (E == 256 and dtype == torch.float32) else 3.0  # (fp32 on 256 lanes: a binade of distance)
-    logits = (torch.randn(24, E, generator=g) * std).to(dtype).to(DEVICE)
+    logits = torch.randn(24, E, generator=g) * 3.0
+    # Rows 0, 2, ...: the best logit 6, the other K - 1 winners (and the next lane) in (1.6, 2.9): a quarter to half
+    logits[::2] = logits[::2].clamp(max=1.5)
+    lanes = torch.randperm(E, generator=g)[:K + 1]
+    logits[::2, lanes[0]] = 6.0
+    logits[::2, lanes[1:]] = 1.6 + 1.3 * torch.rand(12, K, generator=g)
+    logits = logits.to(dtype).to(DEVICE)
     got, (redo, _, programs) = _counted(logits, config)
     launch = seen[-1]
     assert launch["LOGIT_KEYS"] and programs == 24
-    # fp32: 512 lanes shift a bit, 1024 two; bf16 / fp16 words of the format's own bits at every width
-    assert launch["DIST_SHIFT"] == ({256: 0, 512: 1, 896: 2}[E] if dtype == torch.float32 else 0), launch["DIST_SHIFT"]
+    # fp32: two binades of distance; bf16 / fp16 words of the format's own bits at every width
+    assert launch["DIST_SHIFT"] == ({256: 1, 512: 2, 896: 3}[E] if dtype == torch.float32 else 0), launch["DIST_SHIFT"]
     assert launch["LOGIT_DROP"] == {torch.float32: 0, torch.bfloat16: 16, torch.float16: 13}[dtype]
     assert redo <= 2, redo  # (winners closer than the scores' rounding, ~1.5% of fp32 rows, redo their rows)
     want = route(logits, config, backend="reference")
     torch.testing.assert_close(got.ids, want.ids, rtol=0, atol=0)
     torch.testing.assert_close(got.weights, want.weights, rtol=1e-6, atol=1e-7)
+    if dtype == torch.float32:  # one binade of span (as before): the rows of a quarter to half all redone
+        monkeypatch.setattr(kr, "logit_span_override", 0)
+        got, (redo, _, _) = _counted(logits, config)
+        assert seen[-1]["DIST_SHIFT"] == {256: 0, 512: 1, 896: 2}[E] and redo >= 12, redo
+        torch.testing.assert_close(got.ids, want.ids, rtol=0, atol=0)
+        monkeypatch.setattr(kr, "logit_span_override", None)
 
     ties = (torch.randint(-6, 7, (32, E), generator=g).to(torch.float32) * 0.5).to(dtype)
     ties[0, :] = 0.0

@@ -109,7 +109,9 @@ def test_bias_early_issues_the_bias_load_with_the_logits(tmp_path):
 # (ROWS_IN_RANGE): 8192 575 / 595 / 434, 65536 459 / 442 / 434; then the words as max(hi, base) << LANE_BITS plus
 # a lane constant: 8192 571 / 587 / 431, 65536 452 / 434 / 431; then NaN keys for dead lanes on the FMA keys too:
 # 8192 561 / 576 / 431.
-_ALU_BOUNDS = {8192: {"deepseek-v3-fp32": 230, "kimi-k2": 200, "deepseek-v4": 178},
+# 2026-12-05 night: Kimi-K2 (512 lanes, top-8) on cached rounds (CACHE_DEPTH 5; H200 run 133: level with the plain
+# rounds at T >= 4096, 0.95x at T <= 64): 8192 197 -> 204 on the ALU pipe, 576 issued either way; 65536 424 issued.
+_ALU_BOUNDS = {8192: {"deepseek-v3-fp32": 230, "kimi-k2": 206, "deepseek-v4": 178},
                65536: {"deepseek-v3-fp32": 198, "kimi-k2": 196, "deepseek-v4": 178}}
 _ISSUE_BOUNDS = {8192: {"deepseek-v3-fp32": 564, "kimi-k2": 579, "deepseek-v4": 434},
                  65536: {"deepseek-v3-fp32": 455, "kimi-k2": 437, "deepseek-v4": 434}}

@@ -87,7 +87,9 @@ EXTRA_SHAPES = {
     # the choice, the unbiased score as weight): run 128 timed it there and every row it routed differed from the
     # reference, so the bench leaves it out of such shapes (_sglang_covers).
     # Qwen3-Next (the preset): renormalized softmax of 512 experts, top-10, one row a warp on logit keys (fp32: distance
-    # words one bit shifted; bf16: the logits' bits shifted right by 16, KEY_SHIFT).
+    # words two bits shifted, two binades, LOGIT_SPAN_LOG2; bf16: the logits' bits shifted right by 16, KEY_SHIFT).
+    # Qwen3.5-MoE: 256 experts, top-8, the same routing (fp32: one bit shifted).
+    "qwen3.5": (RouterConfig(256, 8, scoring="softmax", renormalize=True), torch.float32),
     "qwen3-next": (RouterConfig(512, 10, scoring="softmax", renormalize=True), torch.float32),
     "qwen3-next-bf16": (RouterConfig(512, 10, scoring="softmax", renormalize=True), torch.bfloat16),
     # OLMoE (the preset): softmax of 64 experts without renormalization, top-8, bf16 logits: truncated score words, or
@@ -714,6 +716,9 @@ AB_VARIANTS["trunc-score-words"] = {"trunc_logit_words_override": False}
 # Rounds on each lane group's cached top words (CACHE_DEPTH; cache-0: the plain rounds).
 for _n in (0, 3, 4, 5, 6):
     AB_VARIANTS[f"cache-{_n}"] = {"cache_rounds_override": _n}
+# The binades fp32 logit keys' words span: 2**N (logit-span-0: one, as before 2026-12-05 night).
+for _n in (0, 1, 2):
+    AB_VARIANTS[f"logit-span-{_n}"] = {"logit_span_override": _n}
 AB_VARIANTS["no-maxnreg"] = {"maxnreg_override": 0}  # ptxas decides everywhere (the launcher caps some launches)
 # Split rows (ungrouped rows on Q threads each): the launcher's warps (split-Q) and w warps (split-QwW).
 for _q in (2, 4, 8, 16):

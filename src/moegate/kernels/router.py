@@ -267,20 +267,30 @@ lean_params_override: bool | None = None
 # 0.1% with; run 4: 532 -> 443 us at T=65536), and at 512 lanes for K >= 16, where the K-th winner sits
 # far below the best (512 top-22, run 4: the exact-path spikes of run 3 gone, 10.45 -> 4.38 us at T=64,
 # 17.5 -> 14.2 at T=4096). The shift costs an extra round, 1/K of the selection: Kimi-K2 (512 lanes,
-# top-8) measured 12-20% slower with it, so it keeps the exact distance. Keys that are logits (renormalized softmax on
-# logit keys, selection on the logits) spread wider than sigmoid scores: 512 lanes shift at every K there (Qwen3-Next,
-# 512 experts top-10, fp32 N(0, 1) logits under the interpreter: 29 of 64 rows on the exact path without, none with),
-# except for logits that are bf16 / fp16 values, whose exact ties would then share a distance and flag their rows
-# (logit keys of such values take no shift at any width: see KEY_SHIFT in _launch).
+# top-8) measured 12-20% slower with it, so it keeps the exact distance. Keys that are fp32 logits (renormalized softmax
+# on logit keys, selection on the logits) spread wider than sigmoid scores: their words span 2**LOGIT_SPAN_LOG2
+# binades below the best logit at every width (DIST_SHIFT = lane bits - 8 + LOGIT_SPAN_LOG2). One binade (the span
+# of 256 unshifted lanes, and of 512 lanes one bit shifted) left the K-th winner of N(0, 1) rows below half the best
+# in 2.6% of rows at 256 lanes top-8 (Qwen3.5), 1.0% at 512 top-10 (Qwen3-Next; 11 of 1024 rows redone under the
+# interpreter), each redone on the exact path: H200 run 133 timed Qwen3-Next fp32 at 3.78 us for T = 64 against
+# 2.06 at T = 1 (a launch of 64 rows then holds such a row about half the time). Two binades: none of 200,000 rows
+# at 256-1024 lanes top-10. Logits that are bf16 / fp16 values take no shift at any width (their exact ties would
+# then share a distance and flag their rows; their words span every value: see KEY_SHIFT in _launch).
+# logit_span_override forces the span (0: one binade, as before; tests, --ab-variants logit-span-0).
 DIST_SHIFT_MIN_LANE_BITS = 10
 DIST_SHIFT_512_MIN_K = 16
+LOGIT_SPAN_LOG2 = 1
+logit_span_override: int | None = None
 # Rounds on cached words (the kernel's CACHE_DEPTH): one row a program of CACHE_MIN_LANES lanes or more and top-k of
 # CACHE_MIN_K or more first finds the top CACHE_DEPTH words of each of 32 lane groups (CACHE_VEC adjacent lanes a
 # block, 16 bytes of logits: a thread's own lanes where the words keep the loads' layout), then runs each round on the
 # 32 heads.
-# Depth 4 up to top-10, 5 up to top-16, 6 beyond (a group that runs out before the last round sends the row to the
-# exact path: ~0.5% of random rows). cache_rounds_override forces a depth (0: the plain rounds; tests, --ab-variants).
-CACHE_MIN_LANES = 1 << 30  # (off until timed)
+# Depth 5 up to top-12, 6 beyond (a group that runs out before the last round sends the row to the exact path).
+# H200 run 133, one call, A/B of depths 0/4/5/6 at T = 1 to 65536: 896 top-16 under depth 6 0.81x the plain rounds
+# at T = 65536, 0.85x at 16384, 0.89x at 1 (4: 1.21x, too many rows on the exact path); 512 top-22 (6) 0.86x / 0.92x
+# at 65536 / 16384, 1.08x at 4096; Qwen3-Next fp32 (5) 0.95-0.98x at every T; Kimi-K2 (5) level; LongCat-Flash (5)
+# 0.86-0.91x. cache_rounds_override forces a depth (0: the plain rounds; tests, --ab-variants).
+CACHE_MIN_LANES = 512
 CACHE_MIN_K = 8
 cache_rounds_override: int | None = None
 # Softmax without renormalization (no bias: truncated score words) of bf16 / fp16 logits selects on words of the
@@ -446,14 +456,18 @@ def _cache_depth(lanes: int, top_k: int) -> int:
     """The kernel's CACHE_DEPTH for one row a program (0: plain rounds): see CACHE_MIN_LANES."""
     if lanes < CACHE_MIN_LANES or top_k < CACHE_MIN_K:
         return 0
-    return 4 if top_k <= 10 else 5 if top_k <= 16 else 6
+    return 5 if top_k <= 12 else 6
 
 
 def _dist_shift(lane_bits: int, top_k: int, logit_keys: bool = False) -> int:
     """The kernel's DIST_SHIFT: low ulp bits the distance words drop (see DIST_SHIFT_MIN_LANE_BITS); ``logit_keys``:
-    the selection keys are logits (logit keys or selection on the logits)."""
+    the selection keys are fp32 logits (logit keys or selection on the logits), whose words span 2**LOGIT_SPAN_LOG2
+    binades."""
+    if logit_keys:
+        span_log2 = LOGIT_SPAN_LOG2 if logit_span_override is None else logit_span_override
+        return max(lane_bits - 8 + span_log2, 0)
     return lane_bits - 8 if (lane_bits >= DIST_SHIFT_MIN_LANE_BITS
-                             or (lane_bits == 9 and (top_k >= DIST_SHIFT_512_MIN_K or logit_keys))) else 0
+                             or (lane_bits == 9 and top_k >= DIST_SHIFT_512_MIN_K)) else 0
 
 
 def _register_cap(num_tokens: int, lanes: int, block_m: int, num_warps: int, approx_sigmoid_keys: bool,
@@ -603,6 +617,8 @@ def _launch(
     # Logit keys of bf16 / fp16 values sit in the words as their own bits shifted right by LOGIT_DROP (the kernel's
     # KEY_SHIFT, with DIST_SHIFT 0 only): exact, and the distance spans every finite bf16 value at any width, every
     # fp16 one up to 4096 lanes, so no shift at any width (with one, their exact ties would share a distance).
+    if logit_span_override not in (None, 0, 1, 2):
+        raise ValueError(f"logit_span_override={logit_span_override!r}: 0, 1 or 2 (log2 of the binades spanned)")
     if logit_keys and logit_drop:
         dist_shift = 0
     else:
