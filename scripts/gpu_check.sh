@@ -24,7 +24,9 @@ test_rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   start=$(date +%s)
   # -v: the log names each test as it ends, so a call cut by its limit still says which tests were left.
-  "$py" -m pytest tests/test_kernel.py -v -p no:cacheprovider --durations=20 ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests.log" \
+  # PYTEST_K: a -k expression (spaces kept: "cached or logit_keys"), where PYTEST_ARGS splits on them.
+  "$py" -m pytest tests/test_kernel.py -v -p no:cacheprovider --durations=20 ${PYTEST_ARGS:-} ${PYTEST_K:+-k "$PYTEST_K"} \
+    2>&1 | tee "$out/tests.log" \
     | grep -v " PASSED " | tail -50
   test_rc=${PIPESTATUS[0]}
   echo "kernel tests: rc=$test_rc in $(( $(date +%s) - start )) s"
