@@ -1163,6 +1163,27 @@ def test_cached_rounds_where_the_launcher_takes_them(monkeypatch):
     assert _launch_kwargs(torch.empty(64, 512), plain)["CACHE_DEPTH"] == 0
 
 
+def test_logit_word_span_where_the_launcher_takes_it(monkeypatch):
+    """fp32 logit keys' distance words span 2**LOGIT_SPAN_LOG2 binades at every width (DIST_SHIFT = lane bits - 8 +
+    the span's log2, none below 0): two by default, one with logit_span_override 0 (the launcher before); bf16 logit
+    keys take no shift (KEY_SHIFT); sigmoid keys keep their own rule; a span outside 0-2 is refused before launch."""
+    import moegate.kernels.router as kr
+
+    for span, shifts in ((None, {128: 0, 256: 1, 512: 2, 896: 3}), (0, {128: 0, 256: 0, 512: 1, 896: 2}),
+                         (2, {128: 1, 256: 2, 512: 3, 896: 4})):
+        monkeypatch.setattr(kr, "logit_span_override", span)
+        for E, shift in shifts.items():
+            config = RouterConfig(E, 8, scoring="softmax", renormalize=True)
+            seen = _launch_kwargs(torch.empty(1, E), config)
+            assert seen["LOGIT_KEYS"] and seen["DIST_SHIFT"] == shift, (span, E, seen["DIST_SHIFT"])
+            assert _launch_kwargs(torch.empty(1, E, dtype=torch.bfloat16), config)["DIST_SHIFT"] == 0
+        sig = RouterConfig(512, 8, scoring="sigmoid", has_correction_bias=True)  # Kimi-K2-like: exact distance
+        assert _launch_kwargs(torch.empty(1, 512), sig, bias=torch.zeros(512))["DIST_SHIFT"] == 0
+    monkeypatch.setattr(kr, "logit_span_override", 3)
+    with pytest.raises(ValueError, match="logit_span_override"):
+        _launch_kwargs(torch.empty(1, 512), RouterConfig(512, 8, scoring="softmax", renormalize=True))
+
+
 @pytest.mark.parametrize("depth", [2, 4, 6])
 @pytest.mark.parametrize("config", [RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True),
                                     RouterConfig(512, 10, scoring="softmax", renormalize=True),

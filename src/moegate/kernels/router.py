@@ -289,7 +289,7 @@ logit_span_override: int | None = None
 # H200 run 133, one call, A/B of depths 0/4/5/6 at T = 1 to 65536: 896 top-16 under depth 6 0.81x the plain rounds
 # at T = 65536, 0.85x at 16384, 0.89x at 1 (4: 1.21x, too many rows on the exact path); 512 top-22 (6) 0.86x / 0.92x
 # at 65536 / 16384, 1.08x at 4096; Qwen3-Next fp32 (5) 0.95-0.98x at every T; Kimi-K2 (5) level; LongCat-Flash (5)
-# 0.86-0.91x. cache_rounds_override forces a depth (0: the plain rounds; tests, --ab-variants).
+# 0.86-0.93x. cache_rounds_override forces a depth (0: the plain rounds; tests, --ab-variants).
 CACHE_MIN_LANES = 512
 CACHE_MIN_K = 8
 cache_rounds_override: int | None = None
