@@ -1051,15 +1051,17 @@ def test_logit_keys_equal_runs_in_bf16_and_fp16(path, dtype, monkeypatch):
 
 
 def test_truncated_logit_words_where_the_launcher_takes_them(monkeypatch):
-    """TRUNC_LOGIT_WORDS: off by default (until timed on a GPU); with the override, only truncated softmax words
+    """TRUNC_LOGIT_WORDS: on by default (H100 run 134), off with the override; only truncated softmax words
     (softmax without renormalization or bias) of bf16 / fp16 logits with no scale or softcap, not with zero-filled
     groups, fp16 up to 4096 lanes (its shifted bits beside the lane bits in 31); never fp32."""
     import moegate.kernels.router as kr
 
     olmoe = RouterConfig(64, 8, scoring="softmax", renormalize=False)
     x = torch.empty(16, 64, dtype=torch.bfloat16)
-    assert _launch_kwargs(x, olmoe)["TRUNC_LOGIT_WORDS"] is False
-    monkeypatch.setattr(kr, "trunc_logit_words_override", True)
+    monkeypatch.setattr(kr, "trunc_logit_words_override", False)
+    off = _launch_kwargs(x, olmoe)
+    assert off["TRUNCATE_WORDS"] and off["TRUNC_LOGIT_WORDS"] is False
+    monkeypatch.setattr(kr, "trunc_logit_words_override", None)
     seen = _launch_kwargs(x, olmoe)
     assert seen["TRUNCATE_WORDS"] and seen["TRUNC_LOGIT_WORDS"] and seen["LOGIT_DROP"] == 16
     assert _launch_kwargs(x.half(), olmoe)["LOGIT_DROP"] == 13
@@ -2562,6 +2564,26 @@ def test_thread_rows_only_where_they_apply(monkeypatch):
     monkeypatch.setattr(kr, "launch_override", (16, 1))
     with pytest.raises(ValueError, match="multiple of 32"):
         route(tie_free_logits(2, 8), RouterConfig(8, 2), backend="triton")
+
+
+def test_narrow_rows_on_warps_take_four_rows_a_program_from_4096_tokens():
+    """Rows of 33-128 lanes that neither one row a thread nor split rows take (H100 runs 135-138): one row a one-warp
+    program below T = 4096, four rows a one-warp program from there (64 lanes: two before; 128 lanes: from 32768)."""
+    import moegate.kernels.router as kr
+
+    for tile in (64, 128):
+        for T, want in ((1, (1, 1)), (2048, (1, 1)), (4095, (1, 1)), (4096, (4, 1)), (65536, (4, 1))):
+            assert kr._launch_shape(T, tile) == want, (tile, T)
+    assert kr._launch_shape(65536, 32) == (16, 1) and kr._launch_shape(65536, 256) == (1, 1)  # unchanged
+    olmoe = RouterConfig(64, 8, scoring="softmax", renormalize=False)
+    sigmoid128 = RouterConfig(128, 8, scoring="sigmoid", has_correction_bias=True)
+    for cfg, bias in ((olmoe, None), (sigmoid128, torch.zeros(128))):
+        E = cfg.num_experts
+        assert _launch_kwargs(torch.empty(2048, E, dtype=torch.bfloat16), cfg, bias=bias)["BLOCK_M"] == 1
+        seen = _launch_kwargs(torch.empty(4096, E, dtype=torch.bfloat16), cfg, bias=bias)
+        assert (seen["BLOCK_M"], seen["num_warps"]) == (4, 1), cfg
+    qwen3 = RouterConfig(128, 8, scoring="softmax", renormalize=True)  # split rows, not this launch
+    assert _launch_kwargs(torch.empty(4096, 128), qwen3)["SPLIT_ROWS"] > 0
 
 
 @pytest.mark.parametrize("as_tensor", [False, True])

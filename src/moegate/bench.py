@@ -81,6 +81,9 @@ EXTRA_SHAPES = {
     "16-top2": (RouterConfig(16, 2, scoring="softmax", renormalize=True), torch.float32),
     "32-top8": (RouterConfig(32, 8, scoring="softmax", renormalize=True), torch.float32),
     "64-top8": (RouterConfig(64, 8, scoring="softmax", renormalize=False), torch.float32),
+    "64-top8-renorm": (RouterConfig(64, 8, scoring="softmax", renormalize=True), torch.float32),
+    "64-top6-sigmoid": (RouterConfig(64, 6, scoring="sigmoid", has_correction_bias=True), torch.float32),
+    "128-top8-sigmoid": (RouterConfig(128, 8, scoring="sigmoid", has_correction_bias=True), torch.float32),
     # LongCat-Flash (the preset): softmax over 512 experts and 256 zero experts (768 lanes, one warp since b3a60ac;
     # --ab-variants four-warps-wide for the launch before), + bias, top-12, x 6. SGLang's moe_fused_gate takes softmax
     # + bias as the softmax of (logit + bias), ranked on logit + bias: not LongCat's routing (softmax score + bias for
@@ -670,6 +673,8 @@ AB_VARIANTS = {
     "score-keys": {"logit_keys_override": False},  # renormalized softmax selected on exact scores
     "one-row": {"launch_override": (1, 1)},  # one row a warp (flat epilogue; logit keys for softmax)
     "two-rows": {"launch_override": (2, 1)},  # two rows a program (the 2-D epilogue and rounds)
+    "four-rows": {"launch_override": (4, 1)},  # four rows a one-warp program
+    "eight-rows-two-warps": {"launch_override": (8, 2)},  # eight rows a two-warp program
     "no-pdl": {"use_pdl_override": False},
     "pdl": {"use_pdl_override": True},  # PDL at every T (the launcher leaves it off for large launches of most shapes)
     "every-run": {"logit_drop_override": False},  # logit keys: every K-th logit repeated by the first loser redone

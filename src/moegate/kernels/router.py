@@ -296,8 +296,10 @@ cache_rounds_override: int | None = None
 # Softmax without renormalization (no bias: truncated score words) of bf16 / fp16 logits selects on words of the
 # logits' own bits (the kernel's TRUNC_LOGIT_WORDS; checks as the logit keys'), where the truncated scores flagged every
 # exact tie (CPU survey 2026-12-05: 9-22% of bf16 OLMoE, DeepSeek-V2(-Lite), Qwen1.5-MoE programs redone, fp32 ~0%).
-# Off by default until timed on a GPU; trunc_logit_words_override forces it (tests, --ab-variants trunc-logit-words).
-TRUNC_LOGIT_WORDS = False
+# H100 run 134 (BENCHMARKS.md), the same launches with and without: OLMoE bf16 T=1 1.43 against 1.55 us, T=64 1.52
+# against 2.26, T=65536 31.3 against 37.2; Qwen3-Next / Qwen3.5 (logit keys, not this path) level.
+# trunc_logit_words_override forces it on or off (tests, --ab-variants trunc-logit-words,trunc-score-words).
+TRUNC_LOGIT_WORDS = True
 trunc_logit_words_override: bool | None = None
 
 
@@ -442,10 +444,17 @@ def _launch_shape(num_tokens: int, tile: int, thread_rows: bool = False, split: 
             return 1, 1
         return (16 if num_tokens >= 16384 else 8 if num_tokens >= 2048 else 4), 1
     if tile <= 64:
-        return (2 if num_tokens >= 4096 else 1), 1
-    if tile <= 128 and num_tokens >= 32768:
-        # Sweep 13, Qwen3 (128 lanes): four rows a warp 36.8 us at T=65536 against 42.1 one a warp; one a
-        # warp still ahead at T=16384 (12.1 vs 12.6) and below.
+        # H100 runs 135-136, four rows a one-warp program against two from T = 4096: OLMoE bf16 (64 experts, softmax
+        # without renormalization, top-8) 3.36 / 7.47 / 22.0 us against 5.28 / 9.78 / 31.5 at T = 4096 / 16384 /
+        # 65536 (SGLang 25.6 at 65536), the same routing on fp32 logits 4.08 / 8.65 / 24.3 against 4.84 / 8.74 / 26.8;
+        # one row a program still ahead at T = 1024 (2.53 against 2.65 on two rows, 2.87 on four).
+        return (4 if num_tokens >= 4096 else 1), 1
+    if tile <= 128 and num_tokens >= 4096:
+        # Sweep 13, Qwen3 (128 lanes, on a kernel since much changed; Qwen3 now takes split rows from T = 4096): four
+        # rows a warp 36.8 us at T=65536 against 42.1 one a warp, one a warp ahead at T=16384 (12.1 vs 12.6). H100
+        # run 137, 128 experts top-8 sigmoid + bias (rows that split rows do not take), four rows against one:
+        # 4.11 / 10.02 / 26.7 us against 5.25 / 11.90 / 41.4 at T = 4096 / 16384 / 65536; run 138: one a warp ahead
+        # at T = 2048 (2.75 against 3.28).
         return 4, 1
     if tile <= 512 or (tile <= 1024 and exact32_override is not False):
         return 1, 1
