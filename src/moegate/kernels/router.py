@@ -433,10 +433,10 @@ def _launch_shape(num_tokens: int, tile: int, thread_rows: bool = False, split: 
             raise ValueError(f"launch_override={launch_override}: one warp cannot route a {tile}-lane row "
                              "correctly on the 64-bit rounds (exact32_override=False); use at least two warps")
         return launch_override
-    # From the sweep in BENCHMARKS.md (H200): one warp per row up to 1024 lanes, rows packed only for
-    # very narrow rows (Mixtral's 8) or, mildly, 256 lanes at large T. 1024 lanes on one warp take the 32-bit
-    # exact rounds (EXACT32; run 126, 896 top-16: 2.40 / 3.42 / 15.8 / 130.9 us at T = 1 / 64 / 4096 / 65536 against
-    # 3.12 / 3.88 / 21.3 / 264.6 on four warps); wider rows keep a warp per 256 lanes.
+    # From the sweeps in BENCHMARKS.md: one warp per row up to 1024 lanes, rows packed only for rows of 128 lanes
+    # or fewer (32 and fewer 4-16 a program, 64 and 128 four a program from T = 4096). 1024 lanes on one warp take
+    # the 32-bit exact rounds (EXACT32; run 126, 896 top-16: 2.40 / 3.42 / 15.8 / 130.9 us at T = 1 / 64 / 4096 /
+    # 65536 against 3.12 / 3.88 / 21.3 / 264.6 on four warps); wider rows keep a warp per 256 lanes.
     if tile <= 32:
         if num_tokens == 1:
             # The flat one-row path (logit keys for renormalized softmax) has the shorter chain: Mixtral
