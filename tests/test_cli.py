@@ -639,7 +639,7 @@ def test_flashinfer_column_covers_the_shapes_its_op_computes():
     import moegate.bench as bench
 
     covered = {name for name, (config, _) in bench.SHAPES.items() if bench._flashinfer_covers(config)}
-    assert covered == {"deepseek-v3-fp32", "deepseek-v3-bf16", "kimi-k2"}
+    assert covered == {"deepseek-v3-fp32", "deepseek-v3-bf16", "kimi-k2", "64-top6-sigmoid", "128-top8-sigmoid"}
     dsv3 = bench.SHAPES["deepseek-v3-fp32"][0]
     for change in ({"group_fill": "zero"}, {"group_score": "max"}, {"renormalize": False}, {"top_k": 9},
                    {"softcap": 30.0}, {"selection": "logits"}, {"renorm_p": 2.0}, {"has_expert_scale": True},
