@@ -443,19 +443,16 @@ def _launch_shape(num_tokens: int, tile: int, thread_rows: bool = False, split: 
             # T=1, back to back in one process, 1.29 vs 1.58 us (run 10 A/B) and 1.32 vs 1.72 (sweep 13).
             return 1, 1
         return (16 if num_tokens >= 16384 else 8 if num_tokens >= 2048 else 4), 1
-    if tile <= 64:
-        # H100 runs 135-136, four rows a one-warp program against two from T = 4096: OLMoE bf16 (64 experts, softmax
-        # without renormalization, top-8) 3.36 / 7.47 / 22.0 us against 5.28 / 9.78 / 31.5 at T = 4096 / 16384 /
-        # 65536 (SGLang 25.6 at 65536), the same routing on fp32 logits 4.08 / 8.65 / 24.3 against 4.84 / 8.74 / 26.8;
-        # one row a program still ahead at T = 1024 (2.53 against 2.65 on two rows, 2.87 on four).
+    if tile <= 128:
+        # 33-128 lanes (rows that neither one row a thread nor split rows take): four rows a one-warp program from
+        # T = 4096. H100 runs 135-136, 64 lanes, four rows against the two they had: OLMoE bf16 (softmax without
+        # renormalization, top-8) 3.36 / 7.47 / 22.0 us against 5.28 / 9.78 / 31.5 at T = 4096 / 16384 / 65536
+        # (SGLang 25.6 at 65536), the same routing on fp32 logits 4.08 / 8.65 / 24.3 against 4.84 / 8.74 / 26.8; one
+        # row a program still ahead at T = 1024 (2.53 against 2.65 on two rows, 2.87 on four). H100 run 137, 128 lanes
+        # (top-8 sigmoid + bias), four rows against one: 4.11 / 10.02 / 26.7 us against 5.25 / 11.90 / 41.4 at
+        # T = 4096 / 16384 / 65536 (sweep 13 had four rows only from 32768, for Qwen3, which takes split rows now);
+        # run 138: one row ahead at T = 2048 (2.75 against 3.28).
         return (4 if num_tokens >= 4096 else 1), 1
-    if tile <= 128 and num_tokens >= 4096:
-        # Sweep 13, Qwen3 (128 lanes, on a kernel since much changed; Qwen3 now takes split rows from T = 4096): four
-        # rows a warp 36.8 us at T=65536 against 42.1 one a warp, one a warp ahead at T=16384 (12.1 vs 12.6). H100
-        # run 137, 128 experts top-8 sigmoid + bias (rows that split rows do not take), four rows against one:
-        # 4.11 / 10.02 / 26.7 us against 5.25 / 11.90 / 41.4 at T = 4096 / 16384 / 65536; run 138: one a warp ahead
-        # at T = 2048 (2.75 against 3.28).
-        return 4, 1
     if tile <= 512 or (tile <= 1024 and exact32_override is not False):
         return 1, 1
     return 1, min(16, tile // 256)
