@@ -64,7 +64,7 @@ PATH_KNOBS = {
     "lean_params_override": (None, None, False),
     "exact32_override": (None, None, None, True),
     "launch_override": (None, None, (1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (4, 1), (64, 2)),
-    "cache_rounds_override": (None, None, 0, 2, 3, 4, 5, 6),
+    "cache_rounds_override": (None, None, 0, 2, 3, 4, 5, 6, 7, 8),
     "trunc_logit_words_override": (None, True, False),
     "logit_span_override": (None, None, 0, 2),
 }

@@ -1186,7 +1186,7 @@ def test_logit_word_span_where_the_launcher_takes_it(monkeypatch):
         _launch_kwargs(torch.empty(1, 512), RouterConfig(512, 8, scoring="softmax", renormalize=True))
 
 
-@pytest.mark.parametrize("depth", [2, 4, 6])
+@pytest.mark.parametrize("depth", [2, 4, 6, 8])
 @pytest.mark.parametrize("config", [RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True),
                                     RouterConfig(512, 10, scoring="softmax", renormalize=True),
                                     RouterConfig(384, 8, scoring="sqrtsoftplus", has_correction_bias=True),
@@ -1227,14 +1227,15 @@ def test_rounds_on_cached_group_words(config, depth, dtype, monkeypatch):
         assert seen[-1]["CACHE_DEPTH"] == depth and seen[-1]["CACHE_VEC"] == vec and seen[-1]["BLOCK_M"] == 1
         torch.testing.assert_close(ids, want.ids[rows], rtol=0, atol=0)
         torch.testing.assert_close(weights, want.weights[rows], rtol=1e-6, atol=1e-7)
-        if rows == crowded:  # the group's cache ran out (all lanes of the group are winners, K > depth)
+        launch = seen[-1]
+        assert not launch["APPROX_REPAIR"]
+        rounds = K + 1 if (launch["DIST_SHIFT"] or launch["APPROX_KEYS"] or launch["LOGIT_KEYS"]) else K
+        if rows == crowded and rounds - 1 >= depth:  # the group's cache ran out (its lanes the winners it pops)
             assert redo == programs, (redo, programs)
         else:
-            # Random rows: those where a group holds `depth` of the words the rounds pop (all but the last round's)
-            # empty its cache and must redo; beyond those, no more than the plain rounds redo (bf16 ties do).
-            launch = seen[-1]
-            assert not launch["APPROX_REPAIR"]
-            rounds = K + 1 if (launch["DIST_SHIFT"] or launch["APPROX_KEYS"] or launch["LOGIT_KEYS"]) else K
+            # Random rows (and crowded ones whose rounds pop fewer words than the cache holds): those where a group
+            # holds `depth` of the words the rounds pop (all but the last round's) empty its cache and must redo;
+            # beyond those, no more than the plain rounds redo (bf16 ties do).
             groups = (want.ids[rows, : rounds - 1].long() // vec) % 32
             emptied = sum(int(torch.bincount(g_row, minlength=32).max()) >= depth for g_row in groups.cpu())
             monkeypatch.setattr(kr, "cache_rounds_override", 0)

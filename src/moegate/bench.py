@@ -719,7 +719,7 @@ for _n in (0, 1024, 2048, 4096, 8192):
 AB_VARIANTS["trunc-logit-words"] = {"trunc_logit_words_override": True}
 AB_VARIANTS["trunc-score-words"] = {"trunc_logit_words_override": False}
 # Rounds on each lane group's cached top words (CACHE_DEPTH; cache-0: the plain rounds).
-for _n in (0, 3, 4, 5, 6):
+for _n in (0, 3, 4, 5, 6, 7, 8):
     AB_VARIANTS[f"cache-{_n}"] = {"cache_rounds_override": _n}
 # The binades fp32 logit keys' words span: 2**N (logit-span-0: one, as before 2026-12-05 night).
 for _n in (0, 1, 2):

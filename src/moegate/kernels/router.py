@@ -634,8 +634,8 @@ def _launch(
     cache_able = (spec.block_m == 1 and spec.num_warps == 1
                   and not (spec.THREAD_ROWS or spec.SPLIT_ROWS or spec.HASH or select_truncated or kept_only)
                   and (block_g * block_gs) % (32 * cache_vec) == 0)
-    if cache_rounds_override not in (None, 0, 2, 3, 4, 5, 6):
-        raise ValueError(f"cache_rounds_override={cache_rounds_override!r}: 0 (plain rounds) or a depth of 2-6")
+    if cache_rounds_override not in (None, 0, 2, 3, 4, 5, 6, 7, 8):
+        raise ValueError(f"cache_rounds_override={cache_rounds_override!r}: 0 (plain rounds) or a depth of 2-8")
     cache_depth = _cache_depth(block_g * block_gs, spec.K) if cache_rounds_override is None else cache_rounds_override
     cache_depth = cache_depth if cache_able else 0
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,

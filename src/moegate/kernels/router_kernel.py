@@ -1582,7 +1582,7 @@ def _route_kernel(
                 # group, where the plain round took one add-max a lane. A group whose cache ran empty while it may
                 # hold more (its last cached word real) before a later round makes the row ambiguous: the exact
                 # path routes it (P(Poisson(K / 32) >= CACHE_DEPTH) a group on random rows, ~0.5% of rows).
-                tl.static_assert((CACHE_DEPTH >= 2) and (CACHE_DEPTH <= 6) and (BLOCK_W % (32 * CACHE_VEC) == 0)
+                tl.static_assert((CACHE_DEPTH >= 2) and (CACHE_DEPTH <= 8) and (BLOCK_W % (32 * CACHE_VEC) == 0)
                                  and not KEPT_ONLY)
                 f3 = tl.reshape(fast, [BLOCK_W // (32 * CACHE_VEC), 32, CACHE_VEC])
                 c0 = tl.max(tl.max(f3, axis=2), axis=0)  # [32]
@@ -1592,8 +1592,21 @@ def _route_kernel(
                 c3 = _cache_next(f3, c2) if CACHE_DEPTH > 3 else none
                 c4 = _cache_next(f3, c3) if CACHE_DEPTH > 4 else none
                 c5 = _cache_next(f3, c4) if CACHE_DEPTH > 5 else none
-                c_last = c5 if CACHE_DEPTH == 6 else (c4 if CACHE_DEPTH == 5 else (c3 if CACHE_DEPTH == 4 else
-                                                                                    (c2 if CACHE_DEPTH == 3 else c1)))
+                c6 = _cache_next(f3, c5) if CACHE_DEPTH > 6 else none
+                c7 = _cache_next(f3, c6) if CACHE_DEPTH > 7 else none
+                c_last = c1
+                if CACHE_DEPTH == 3:
+                    c_last = c2
+                if CACHE_DEPTH == 4:
+                    c_last = c3
+                if CACHE_DEPTH == 5:
+                    c_last = c4
+                if CACHE_DEPTH == 6:
+                    c_last = c5
+                if CACHE_DEPTH == 7:
+                    c_last = c6
+                if CACHE_DEPTH == 8:
+                    c_last = c7
                 full = c_last > INT32_MIN  # the group may hold more than its cache
             for i in tl.static_range(1, ROUNDS):
                 # The next word down without marking the winners: word - best, as unsigned, is above 2**31
@@ -1609,7 +1622,12 @@ def _route_kernel(
                     c2 = tl.where(win, c3, c2)
                     c3 = tl.where(win, c4, c3)
                     c4 = tl.where(win, c5, c4)
-                    c5 = tl.where(win, INT32_MIN, c5)
+                    if CACHE_DEPTH > 6:  # (constexpr: depths up to 6 keep the instructions they had)
+                        c5 = tl.where(win, c6, c5)
+                        c6 = tl.where(win, c7, c6)
+                        c7 = tl.where(win, INT32_MIN, c7)
+                    else:
+                        c5 = tl.where(win, INT32_MIN, c5)
                     best = tl.max(c0, axis=0)
                 else:
                     step = tl.max(tl.max((fast - best).to(tl.uint32, bitcast=True), axis=1), axis=0)
