@@ -1134,23 +1134,27 @@ def test_truncated_softmax_on_logit_words(config, dtype, launch, monkeypatch):
 
 
 def test_cached_rounds_where_the_launcher_takes_them(monkeypatch):
-    """CACHE_DEPTH from _cache_depth (5 up to top-12, 6 beyond; none below CACHE_MIN_LANES = 512 lanes or CACHE_MIN_K)
-    on one row a one-warp program only: never with several warps a row, rows a program, the kept groups' lanes or
-    truncated softmax words; CACHE_VEC the lanes of the logits' 16-byte loads (4 fp32, 8 bf16)."""
+    """CACHE_DEPTH from _cache_depth (5 up to top-12; beyond, 7 below T = CACHE_DEEP_MAX_TOKENS = 16384 and 6 from
+    it; none below CACHE_MIN_LANES = 512 lanes or CACHE_MIN_K) on one row a one-warp program only: never with several
+    warps a row, rows a program, the kept groups' lanes or truncated softmax words; CACHE_VEC the lanes of the logits'
+    16-byte loads (4 fp32, 8 bf16)."""
     import moegate.kernels.router as kr
 
     wide = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
-    for cfg, depth in ((wide, 6), (RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True), 6),
-                       (RouterConfig(512, 10, scoring="softmax", renormalize=True), 5),
-                       (RouterConfig(768, 12, scoring="softmax", renormalize=False), 0),  # truncated softmax words
-                       (RouterConfig(384, 8, scoring="sigmoid", has_correction_bias=True), 5),
-                       (RouterConfig(512, 4, scoring="softmax", renormalize=True), 0),  # K < CACHE_MIN_K
-                       (RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True), 0)):  # < 512 lanes
+    # (config, depth at T = 1, 64 and 16383; depth at T = 16384 and 65536)
+    for cfg, small, large in ((wide, 7, 6), (RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True), 7, 6),
+                              (RouterConfig(512, 10, scoring="softmax", renormalize=True), 5, 5),
+                              (RouterConfig(768, 12, scoring="softmax", renormalize=True), 5, 5),
+                              (RouterConfig(768, 12, scoring="softmax", renormalize=False), 0, 0),  # truncated words
+                              (RouterConfig(384, 8, scoring="sigmoid", has_correction_bias=True), 5, 5),
+                              (RouterConfig(512, 4, scoring="softmax", renormalize=True), 0, 0),  # K < CACHE_MIN_K
+                              (RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True), 0, 0)):  # < 512 lanes
         E = cfg.num_experts
-        for dtype, vec in ((torch.float32, 4), (torch.bfloat16, 8)):
-            seen = _launch_kwargs(torch.empty(64, E, dtype=dtype), cfg,
-                                  **({"bias": torch.zeros(E)} if cfg.has_correction_bias else {}))
-            assert seen["CACHE_DEPTH"] == depth and seen["CACHE_VEC"] == vec, (E, cfg.top_k, dtype)
+        for T, depth in ((1, small), (64, small), (16383, small), (16384, large), (65536, large)):
+            for dtype, vec in ((torch.float32, 4), (torch.bfloat16, 8)):
+                seen = _launch_kwargs(torch.empty(T, E, dtype=dtype), cfg,
+                                      **({"bias": torch.zeros(E)} if cfg.has_correction_bias else {}))
+                assert seen["CACHE_DEPTH"] == depth and seen["CACHE_VEC"] == vec, (E, cfg.top_k, T, dtype)
     for override in ((1, 2), (2, 1)):  # several warps a row, several rows a program
         monkeypatch.setattr(kr, "launch_override", override)
         assert _launch_kwargs(torch.empty(64, 896), wide, bias=torch.zeros(896))["CACHE_DEPTH"] == 0, override
@@ -1186,7 +1190,7 @@ def test_logit_word_span_where_the_launcher_takes_it(monkeypatch):
         _launch_kwargs(torch.empty(1, 512), RouterConfig(512, 8, scoring="softmax", renormalize=True))
 
 
-@pytest.mark.parametrize("depth", [2, 4, 6, 8])
+@pytest.mark.parametrize("depth", [2, 4, 6, 7, 8])
 @pytest.mark.parametrize("config", [RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True),
                                     RouterConfig(512, 10, scoring="softmax", renormalize=True),
                                     RouterConfig(384, 8, scoring="sqrtsoftplus", has_correction_bias=True),
