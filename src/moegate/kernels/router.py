@@ -285,13 +285,13 @@ logit_span_override: int | None = None
 # CACHE_MIN_K or more first finds the top CACHE_DEPTH words of each of 32 lane groups (CACHE_VEC adjacent lanes a
 # block, 16 bytes of logits: a thread's own lanes where the words keep the loads' layout), then runs each round on the
 # 32 heads.
-# Depth 5 up to top-12, 6 beyond (a group that runs out before the last round sends the row to the exact path), 7
-# beyond top-12 below T = CACHE_DEEP_MAX_TOKENS: there a launch of a wave or two waits for any row the exact path
-# redoes, and depth 6 redoes ~0.26% of random 512 top-22 rows (32 groups, P(Poisson(22 / 32) >= 6) each), depth 7 ~0.025%.
+# Depth 5 up to top-12 (a group that runs out before the last round sends the row to the exact path); beyond top-12,
+# 7 below T = CACHE_DEEP_MAX_TOKENS and 6 from it: a launch of a wave or two waits for any row the exact path redoes,
+# and depth 6 redoes ~0.26% of random 512 top-22 rows (32 groups, P(Poisson(22 / 32) >= 6) each), depth 7 ~0.025%.
 # H100 run 141 (one call, A/B of depths 0/6/7/8 at T = 64-65536): 512 top-22 under depth 7 0.83-0.95x depth 6 at
-# T = 256-8192 (T = 1024 5.10 against 6.14 us, 4096 10.97 against 12.58), level at 16384, 1.05x at 65536; 896 top-16
-# 0.97-0.99x at T = 256-8192, 1.02x at 16384; depth 8 no better than 7 anywhere. Qwen3-Next (top-10) and
-# LongCat-Flash (top-12) gain nothing from 6 or 7 over 5 at T = 256-16384.
+# T = 256-8192 (T = 1024 5.10 against 6.14 us, 4096 10.97 against 12.58), level at 16384, 1.05x at 65536; 896
+# top-16 0.97-0.99x at T = 256-8192, 1.02x at 16384; depth 8 within 2% of 7 below 16384, slower from it. Qwen3-Next
+# (top-10) and LongCat-Flash (top-12) gain nothing from 6 or 7 over 5 at T = 256-16384.
 # H200 run 133, one call, A/B of depths 0/4/5/6 at T = 1 to 65536: 896 top-16 under depth 6 0.81x the plain rounds
 # at T = 65536, 0.85x at 16384, 0.89x at 1 (4: 1.21x, too many rows on the exact path); 512 top-22 (6) 0.86x / 0.92x
 # at 65536 / 16384, 1.08x at 4096; Qwen3-Next fp32 (5) 0.95-0.98x at every T; Kimi-K2 (5) level; LongCat-Flash (5)
@@ -645,7 +645,8 @@ def _launch(
                   and (block_g * block_gs) % (32 * cache_vec) == 0)
     if cache_rounds_override not in (None, 0, 2, 3, 4, 5, 6, 7, 8):
         raise ValueError(f"cache_rounds_override={cache_rounds_override!r}: 0 (plain rounds) or a depth of 2-8")
-    cache_depth = _cache_depth(block_g * block_gs, spec.K, T) if cache_rounds_override is None else cache_rounds_override
+    cache_depth = (_cache_depth(block_g * block_gs, spec.K, T) if cache_rounds_override is None
+                   else cache_rounds_override)
     cache_depth = cache_depth if cache_able else 0
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
                             spec.SPLIT_ROWS, heavy_words=bool(dist_shift or logit_keys))
