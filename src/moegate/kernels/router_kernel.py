@@ -1594,19 +1594,7 @@ def _route_kernel(
                 c5 = _cache_next(f3, c4) if CACHE_DEPTH > 5 else none
                 c6 = _cache_next(f3, c5) if CACHE_DEPTH > 6 else none
                 c7 = _cache_next(f3, c6) if CACHE_DEPTH > 7 else none
-                c_last = c1
-                if CACHE_DEPTH == 3:
-                    c_last = c2
-                if CACHE_DEPTH == 4:
-                    c_last = c3
-                if CACHE_DEPTH == 5:
-                    c_last = c4
-                if CACHE_DEPTH == 6:
-                    c_last = c5
-                if CACHE_DEPTH == 7:
-                    c_last = c6
-                if CACHE_DEPTH == 8:
-                    c_last = c7
+                c_last = (c1, c2, c3, c4, c5, c6, c7)[CACHE_DEPTH - 2]  # the deepest cached word
                 full = c_last > INT32_MIN  # the group may hold more than its cache
             for i in tl.static_range(1, ROUNDS):
                 # The next word down without marking the winners: word - best, as unsigned, is above 2**31
