@@ -1581,7 +1581,8 @@ def _route_kernel(
                 # is then one max over the 32 groups' heads, the winning group's head popped: CACHE_DEPTH selects a
                 # group, where the plain round took one add-max a lane. A group whose cache ran empty while it may
                 # hold more (its last cached word real) before a later round makes the row ambiguous: the exact
-                # path routes it (P(Poisson(K / 32) >= CACHE_DEPTH) a group on random rows, ~0.5% of rows).
+                # path routes it (P(Poisson(K / 32) >= CACHE_DEPTH) a group on random rows: ~0.02-0.3% of rows at the
+                # launcher's depths).
                 tl.static_assert((CACHE_DEPTH >= 2) and (CACHE_DEPTH <= 8) and (BLOCK_W % (32 * CACHE_VEC) == 0)
                                  and not KEPT_ONLY)
                 f3 = tl.reshape(fast, [BLOCK_W // (32 * CACHE_VEC), 32, CACHE_VEC])
