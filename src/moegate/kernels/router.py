@@ -47,7 +47,9 @@ APPROX_KEYS_MIN_LANES = 1024
 # T=16 9.32 vs 4.79, T=256 9.72 vs 5.16, T=4096 28.65 vs 27.89, T=65536 351 vs 408; T=8192 49.2 (run 10,
 # fast) vs 53.5 (run 12, exact).
 # 256- and 512-lane rows (DeepSeek-V3, Kimi-K2) take them too at large T, held to 64 registers (one-warp programs
-# keep their 32 warps an SM) where the distance words are exact (not 512 lanes top-22: 124 vs 115 us at T=65536).
+# keep their 32 warps an SM) where the distance words are exact (not 512 lanes top-22: 124 vs 115 us at T=65536;
+# H100 run 143 on the kernel of 2026-12-06, 23% fewer instructions a row: 78.1 vs 79.1 at T=65536, 44.6 vs 45.4 at
+# 32768, 27.3 vs 26.2 at 16384, 1.9-2.5x slower at T <= 1024; its rows are bound by ALU-pipe work the keys keep).
 # H200 run 44 (BENCHMARKS.md), fast keys capped at 64 against exact keys: T=65536 DeepSeek-V3 fp32 58.5 vs 60.4 us,
 # bf16 54.6 vs 57.7, Kimi-K2 59.6 vs 64.4; T=32768 30.8 vs 31.2, 29.4 vs 29.8, 32.8 vs 33.5; slower at T=16384
 # (17.2 vs 16.5, 16.9 vs 16.0; Kimi-K2 17.1 vs 17.4) and T=8192 (10.4 vs 9.4).
