@@ -1248,6 +1248,58 @@ def test_rounds_on_cached_group_words(config, depth, dtype, monkeypatch):
             assert emptied <= redo <= plain + emptied, (redo, plain, emptied)
 
 
+@pytest.mark.parametrize("case", ["grouped", "512-top22", "logit-keys", "K=E", "repair", "vector-checks"])
+def test_shifted_round_words_route_like_selected(case, monkeypatch):
+    """One row a program keeps round i's word at column i: selected into it (a compare a round) or, with SHIFT_WORDS,
+    shifted a column a round and reversed after the rounds. Both ways on the launches that read those columns (the
+    words' checks, the (K + 1)-th and repair rounds, the ids, every column at K = E): ids the reference's, weights
+    within 1e-6 into poisoned outputs, the same rows redone on the exact path both ways (the checks read the columns
+    too), and the constexpr as forced. Rows 0-4 tie-free; rows 5-8 hold exact ties across the top K (lower id wins)."""
+    import moegate.kernels.router as kr
+
+    kw_launch = {"launch_override": (1, 1), "split_rows_override": 0, "thread_rows_override": False}
+    if case == "grouped":
+        config = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)
+    elif case == "512-top22":
+        config = RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True)
+    elif case == "logit-keys":
+        config = RouterConfig(128, 8, scoring="softmax", renormalize=True)
+    elif case == "K=E":
+        config = RouterConfig(32, 32, scoring="sigmoid", renormalize=True)
+    elif case == "repair":
+        config = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True)
+        kw_launch.update(approx_keys_override=True, approx_repair_override=True)
+    else:
+        config = RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True)
+        kw_launch.update(scalar_checks_override=False)
+    for name, value in kw_launch.items():
+        monkeypatch.setattr(kr, name, value)
+    seen = _spy_launches(monkeypatch)
+    E, K = config.num_experts, config.top_k
+    x = tie_free_logits(9, E, seed=E + K)
+    g = torch.Generator().manual_seed(K)
+    for r in range(5, 9):  # a run of equal logits over lanes spread across the row, from the top down
+        lanes = torch.randperm(E, generator=g)[: min(E, K + 2)]
+        x[r, lanes] = x[r].max() + 1.0
+    x = x.to(DEVICE)
+    kw = extras(config, 9, seed=K)
+    want = route(x, config, backend="reference", **kw)
+    counts = {}
+    for shift in (False, True):
+        monkeypatch.setattr(kr, "shift_words_override", shift)
+        out = poisoned_out(9, K)
+        got, counts[shift] = _counted(x, config, out=out, **kw)
+        assert seen[-1]["SHIFT_WORDS"] is shift and seen[-1]["BLOCK_M"] == 1
+        assert got.ids is out[1]
+        torch.testing.assert_close(got.ids, want.ids, rtol=0, atol=0)
+        torch.testing.assert_close(got.weights, want.weights, rtol=1e-6, atol=1e-7)
+    assert counts[True] == counts[False], counts
+    if case == "repair":
+        assert seen[-1]["APPROX_REPAIR"]
+    if case == "vector-checks":
+        assert not seen[-1]["SCALAR_CHECKS"]
+
+
 @pytest.mark.parametrize("E,K", [(256, 8), (512, 10), (512, 16), (896, 16)],
                          ids=["256-top8", "512-top10", "512-top16", "896-top16"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])

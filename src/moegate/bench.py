@@ -721,6 +721,9 @@ AB_VARIANTS["trunc-score-words"] = {"trunc_logit_words_override": False}
 # Rounds on each lane group's cached top words (CACHE_DEPTH; cache-0: the plain rounds).
 for _n in (0, 3, 4, 5, 6, 7, 8):
     AB_VARIANTS[f"cache-{_n}"] = {"cache_rounds_override": _n}
+# One row a program: the rounds' words shifted a column a round (SHIFT_WORDS) or selected into their column.
+AB_VARIANTS["shift-words"] = {"shift_words_override": True}
+AB_VARIANTS["select-words"] = {"shift_words_override": False}
 # The binades fp32 logit keys' words span: 2**N (logit-span-0: one, as before 2026-12-05 night).
 for _n in (0, 1, 2):
     AB_VARIANTS[f"logit-span-{_n}"] = {"logit_span_override": _n}

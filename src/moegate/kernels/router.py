@@ -310,6 +310,13 @@ cache_rounds_override: int | None = None
 # trunc_logit_words_override forces it on or off (tests, --ab-variants trunc-logit-words,trunc-score-words).
 TRUNC_LOGIT_WORDS = True
 trunc_logit_words_override: bool | None = None
+# One row a program keeps round i's word at column i of a vector (one a thread): by a compare and a select a round,
+# or (SHIFT_WORDS) by shifting the vector a column a round (a shuffle) and selecting column 0 on a predicate held
+# across the rounds, reversed once after them: one ALU instruction a round fewer (sm_90 SASS at T = 65536, fast-path
+# ALU-pipe instructions a row: 512 top-22 391 -> 375, 896 top-16 467 -> 457, DeepSeek-V3 fp32 195 -> 192), eight
+# more instructions a row. Off until timed; shift_words_override forces it (tests, --ab-variants shift-words).
+SHIFT_WORDS = False
+shift_words_override: bool | None = None
 
 
 class _Spec(NamedTuple):
@@ -719,6 +726,7 @@ def _launch(
         KEPT_ONLY=kept_only, NAN_DEAD_OK=nan_dead_override is not False, ROWS_IN_RANGE=spec.block_m == 1 and T >= 1,
         EXACT32=(spec.num_warps == 1 and block_g * block_gs >= 1024) if exact32_override is None else exact32_override,
         CACHE_DEPTH=cache_depth, CACHE_VEC=cache_vec, TRUNC_LOGIT_WORDS=trunc_logit_words,
+        SHIFT_WORDS=spec.block_m == 1 and (SHIFT_WORDS if shift_words_override is None else shift_words_override),
         PREFETCH_ROWS=prefetch_rows, PREFETCH_LINES=-(-row_bytes // 128) if prefetch_rows else 0,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,

@@ -1317,6 +1317,7 @@ def _route_kernel(
     TRUNC_LOGIT_WORDS: tl.constexpr,  # truncated softmax words of bf16 / fp16 logits: the logits' own bits instead
     CACHE_DEPTH: tl.constexpr,  # one row a program: rounds on the top CACHE_DEPTH words of 32 lane groups (0: off)
     CACHE_VEC: tl.constexpr,  # ... a group: lanes r * 32 * CACHE_VEC + g * CACHE_VEC + v (a thread's own lanes)
+    SHIFT_WORDS: tl.constexpr,  # one row a program: the rounds' words shifted a column a round, not selected
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
@@ -1621,7 +1622,12 @@ def _route_kernel(
                 else:
                     step = tl.max(tl.max((fast - best).to(tl.uint32, bitcast=True), axis=1), axis=0)
                     best = best + step.to(tl.int32, bitcast=True)
-                wk = tl.where(f_col == i, best, wk)
+                if SHIFT_WORDS:
+                    # Every word one column on (a shuffle) and the new one at column 0: a select on a predicate
+                    # held across the rounds, where the column's own compare took an ALU instruction a round.
+                    wk = tl.where(f_col == 0, best, tl.gather(wk, tl.maximum(f_col - 1, 0), 0))
+                else:
+                    wk = tl.where(f_col == i, best, wk)
                 if SCALAR_CHECKS:
                     # Column i - 1 against its next word, as soon as that is known (the rounds' scalars).
                     amb_s = amb_s | _column_checks(prev, best, i - 1, base, bias_mag, m_row, K, LANE_BITS,
@@ -1635,6 +1641,8 @@ def _route_kernel(
             # Round i + 1's word at i: wk one column on (a shuffle; the launcher gives one row a program a column
             # for each round), INT32_MIN past the rounds.
             tl.static_assert(ROUNDS <= BLOCK_KC, "one row a program keeps every round's word in wk")
+            if SHIFT_WORDS:  # round ROUNDS - 1 - j's word at j: reversed (one shuffle)
+                wk = tl.where(f_col < ROUNDS, tl.gather(wk, tl.maximum(ROUNDS - 1 - f_col, 0), 0), INT32_MIN)
             wn = tl.gather(wk, tl.minimum(f_col + 1, BLOCK_KC - 1), 0)
             wn = tl.where(f_col + 1 < ROUNDS, wn, INT32_MIN)
             cur = f_col < K
