@@ -1248,6 +1248,30 @@ def test_rounds_on_cached_group_words(config, depth, dtype, monkeypatch):
             assert emptied <= redo <= plain + emptied, (redo, plain, emptied)
 
 
+def test_shift_words_where_the_launcher_takes_them(monkeypatch):
+    """SHIFT_WORDS on one row a program beyond top-16 (SHIFT_WORDS_MIN_K), at every T; off up to top-16 and on
+    launches of several rows a program; shift_words_override forces it either way on one row a program only."""
+    import moegate.kernels.router as kr
+
+    sig = dict(scoring="sigmoid", has_correction_bias=True)
+    for E, K, want in ((512, 22, True), (512, 17, True), (896, 16, False), (256, 8, False), (384, 32, True)):
+        config = RouterConfig(E, K, **sig)
+        for T in (1, 64, 4096, 65536):
+            seen = _launch_kwargs(torch.empty(T, E), config, bias=torch.zeros(E))
+            assert seen["BLOCK_M"] == 1 and seen["SHIFT_WORDS"] is want, (E, K, T, seen["SHIFT_WORDS"])
+    monkeypatch.setattr(kr, "launch_override", (2, 2))
+    assert _launch_kwargs(torch.empty(64, 512), RouterConfig(512, 22, **sig), bias=torch.zeros(512))[
+        "SHIFT_WORDS"] is False
+    monkeypatch.setattr(kr, "shift_words_override", True)
+    assert _launch_kwargs(torch.empty(64, 512), RouterConfig(512, 22, **sig), bias=torch.zeros(512))[
+        "SHIFT_WORDS"] is False
+    monkeypatch.setattr(kr, "launch_override", None)
+    assert _launch_kwargs(torch.empty(64, 256), RouterConfig(256, 8, **sig), bias=torch.zeros(256))["SHIFT_WORDS"]
+    monkeypatch.setattr(kr, "shift_words_override", False)
+    assert not _launch_kwargs(torch.empty(64, 512), RouterConfig(512, 22, **sig), bias=torch.zeros(512))[
+        "SHIFT_WORDS"]
+
+
 @pytest.mark.parametrize("case", ["grouped", "512-top22", "logit-keys", "K=E", "repair", "vector-checks"])
 def test_shifted_round_words_route_like_selected(case, monkeypatch):
     """One row a program keeps round i's word at column i: selected into it (a compare a round) or, with SHIFT_WORDS,

@@ -314,8 +314,11 @@ trunc_logit_words_override: bool | None = None
 # or (SHIFT_WORDS) by shifting the vector a column a round (a shuffle) and selecting column 0 on a predicate held
 # across the rounds, reversed once after them: one ALU instruction a round fewer (sm_90 SASS at T = 65536, fast-path
 # ALU-pipe instructions a row: 512 top-22 391 -> 375, 896 top-16 467 -> 457, DeepSeek-V3 fp32 195 -> 192), eight
-# more instructions a row. Off until timed; shift_words_override forces it (tests, --ab-variants shift-words).
-SHIFT_WORDS = False
+# more instructions a row. H100 run 144, the same launches with / without: 512 top-22 T=1 2.06 / 2.22 us, T=64 2.58 /
+# 2.75, T=4096-65536 0.5-0.7% faster (65536 78.85 / 79.39); 896 top-16, DeepSeek-V3 fp32, Kimi-K2, DeepSeek-V4 level
+# within 1% at T = 1-65536. So the launcher takes it beyond top-16 (SHIFT_WORDS_MIN_K), where a row runs 18 rounds
+# or more; shift_words_override forces it on or off (tests, --ab-variants shift-words,select-words).
+SHIFT_WORDS_MIN_K = 17
 shift_words_override: bool | None = None
 
 
@@ -726,7 +729,8 @@ def _launch(
         KEPT_ONLY=kept_only, NAN_DEAD_OK=nan_dead_override is not False, ROWS_IN_RANGE=spec.block_m == 1 and T >= 1,
         EXACT32=(spec.num_warps == 1 and block_g * block_gs >= 1024) if exact32_override is None else exact32_override,
         CACHE_DEPTH=cache_depth, CACHE_VEC=cache_vec, TRUNC_LOGIT_WORDS=trunc_logit_words,
-        SHIFT_WORDS=spec.block_m == 1 and (SHIFT_WORDS if shift_words_override is None else shift_words_override),
+        SHIFT_WORDS=spec.block_m == 1 and (spec.K >= SHIFT_WORDS_MIN_K if shift_words_override is None
+                                           else shift_words_override),
         PREFETCH_ROWS=prefetch_rows, PREFETCH_LINES=-(-row_bytes // 128) if prefetch_rows else 0,
         USE_PDL=use_pdl, PDL_TRIGGER=_pdl_trigger(T, spec.block_m), ACCURATE=not _interpreting(),
         num_warps=spec.num_warps, **extra,
