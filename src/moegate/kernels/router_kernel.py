@@ -1612,12 +1612,9 @@ def _route_kernel(
                     c2 = tl.where(win, c3, c2)
                     c3 = tl.where(win, c4, c3)
                     c4 = tl.where(win, c5, c4)
-                    if CACHE_DEPTH > 6:  # (constexpr: depths up to 6 keep the instructions they had)
-                        c5 = tl.where(win, c6, c5)
-                        c6 = tl.where(win, c7, c6)
-                        c7 = tl.where(win, INT32_MIN, c7)
-                    else:
-                        c5 = tl.where(win, INT32_MIN, c5)
+                    c5 = tl.where(win, c6, c5)
+                    c6 = tl.where(win, c7, c6)
+                    c7 = tl.where(win, INT32_MIN, c7)
                     best = tl.max(c0, axis=0)
                 else:
                     step = tl.max(tl.max((fast - best).to(tl.uint32, bitcast=True), axis=1), axis=0)
