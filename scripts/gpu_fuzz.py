@@ -25,12 +25,15 @@ override only forces its path where the launch can take it; the closing summary 
 launched (APPROX_KEYS, KEPT_ONLY, ...), not what was drawn.
 
 A failing case prints how to rebuild it (its seed); the exit status is the number of failing cases (capped at 100).
+A SIGTERM or SIGINT (a `timeout` around the script, a device call's limit) ends the run at once with the summary of
+the cases finished, so that a cut run still says what it checked; the case it cut is named and not counted.
 """
 
 import argparse
 import collections
 import contextlib
 import random
+import signal
 import sys
 import time
 
@@ -301,6 +304,14 @@ def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTH
     return desc, None
 
 
+class _Cut(BaseException):
+    """Raised by the SIGTERM / SIGINT handler; a BaseException, so that a case's `except Exception` lets it by."""
+
+
+def _cut(signum, frame):
+    raise _Cut(signal.Signals(signum).name)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=240.0, help="stop drawing new cases after this long")
@@ -315,23 +326,29 @@ def main(argv=None) -> int:
     p.add_argument("--force-paths", action="store_true",
                    help="each case also draws the launcher's overrides (PATH_KNOBS): keys, checks, launch shape")
     a = p.parse_args(argv)
-    start, failures, n, covered = time.time(), [], 0, collections.Counter()
-    while time.time() - start < a.seconds and (a.cases is None or n < a.cases):
-        seed = a.seed + n
-        n += 1
-        seen = []
-        try:
-            desc, problem = run_case(seed, a.max_tokens, a.device, a.max_width, a.min_tokens,
-                                     draw_paths(seed) if a.force_paths else None, seen)
-        except Exception as exc:  # a refused config is a result too: say which
-            desc, problem = f"seed={seed}" + " (forced paths)" * a.force_paths, f"{type(exc).__name__}: {exc}"
-        covered.update(case_tags(seed, a.max_tokens, a.max_width, a.min_tokens))
-        covered.update(tag for kwargs in seen for tag in launch_tags(kwargs))
-        if problem is not None:
-            failures.append((desc, problem))
-            print(f"FAIL {desc}\n     {problem}", flush=True)
+    start, failures, n, covered, cut = time.time(), [], 0, collections.Counter(), ""
+    handlers = {sig: signal.signal(sig, _cut) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while time.time() - start < a.seconds and (a.cases is None or n < a.cases):
+            seed = a.seed + n
+            seen = []
+            try:
+                desc, problem = run_case(seed, a.max_tokens, a.device, a.max_width, a.min_tokens,
+                                         draw_paths(seed) if a.force_paths else None, seen)
+            except Exception as exc:  # a refused config is a result too: say which
+                desc, problem = f"seed={seed}" + " (forced paths)" * a.force_paths, f"{type(exc).__name__}: {exc}"
+            if problem is not None:
+                failures.append((desc, problem))
+                print(f"FAIL {desc}\n     {problem}", flush=True)
+            covered.update(case_tags(seed, a.max_tokens, a.max_width, a.min_tokens))
+            covered.update(tag for kwargs in seen for tag in launch_tags(kwargs))
+            n += 1
+    except _Cut as sig:
+        cut = f"; cut by {sig} in seed {a.seed + n}, not counted"
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
     print(f"{n} cases in {time.time() - start:.0f} s (seeds {a.seed}..{a.seed + n - 1}, "
-          f"T {a.min_tokens}..{a.max_tokens}): {len(failures)} failed")
+          f"T {a.min_tokens}..{a.max_tokens}): {len(failures)} failed{cut}", flush=True)
     print("covered: " + ", ".join(f"{tag} {count}" for tag, count in sorted(covered.items())))
     return min(len(failures), 100)
 

@@ -1,10 +1,13 @@
 """The CPU side of two GPU scripts: scripts/host_overhead.py (an eager call's host time) and scripts/gpu_fuzz.py
---force-paths (the launcher's overrides drawn per case), each run in a subprocess under TRITON_INTERPRET=1."""
+(--force-paths: the launcher's overrides drawn per case; a run cut by SIGTERM still reports), each run in a subprocess
+under TRITON_INTERPRET=1."""
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,3 +39,22 @@ def test_fuzz_forces_the_launchers_paths():
     covered = {tag: int(n) for tag, n in re.findall(r"(\S+) (\d+)(?:,|$)", text.split("covered: ")[1])}
     assert covered.get("APPROX_KEYS", 0) > 0 and covered.get("FORCE_EXACT", 0) > 0, covered
     assert sum(n for tag, n in covered.items() if tag.startswith("rows-on-warps-")) > 0, covered
+
+
+def test_fuzz_cut_by_sigterm_reports_the_cases_it_finished():
+    """A `timeout` around the fuzz (a device call's limit) sends SIGTERM mid-case: the run stops at once and still
+    prints its summary, the cut case named and not counted, with exit status 0 when none failed."""
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.Popen([sys.executable, "-u", os.path.join(ROOT, "scripts", "gpu_fuzz.py"), "--device", "cpu",
+                             "--seconds", "600", "--seed", "70100", "--max-tokens", "9", "--max-width", "64"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    time.sleep(25)  # the imports and a few cases
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    m = re.search(r"^(\d+) cases in \d+ s \(seeds 70100\.\.(\d+), T 1\.\.9\): 0 failed; cut by SIGTERM in seed "
+                  r"(\d+), not counted$", out, re.M)
+    assert proc.returncode == 0 and m, out
+    n, last, cut = (int(g) for g in m.groups())
+    assert n > 0 and last == 70100 + n - 1 and cut == 70100 + n, out
+    assert "covered: " in out, out
