@@ -14,6 +14,12 @@ cuOccupancyMaxActiveBlocksPerMultiprocessor, says how many each size allows, and
 with the benchmark's CUDA-graph timer. The read-once floor in the router's program shape (one row a one-warp
 program) is timed the same way. A time that falls steeply as CAP rises to 32 says the rows are latency-bound there
 (more rows resident would pay); a time flat from 24 to 32 says they are not.
+
+H100 runs 148-149 (BENCHMARKS.md): the floor in the router's shape takes 41.0 us at T = 65536 with 32 or 16 programs
+an SM (the SMs' rate of starting programs); DeepSeek-V4 and DeepSeek-V3 bf16 sit on it (42.7-42.9 us at 32, 2-6%
+slower at 24), DeepSeek-V3 fp32 and Kimi-K2 lose 5-14% at 24; 512 top-22 and 896 top-16 are flat (their rows' own
+work). Fitted to the caps of 24 and fewer, the rows' own pace at 36 resident warps is 35.7-39.5 us on those four
+shapes: the H200's 2x target needs programs of several rows, a row a warp, not faster rows alone.
 """
 
 import argparse
