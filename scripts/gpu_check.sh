@@ -5,7 +5,9 @@
 # looked for in .peers/ (carry it: carry [".peers"]), and so is FlashInfer's DeepSeek routing op
 # (.peers/flashinfer-router.tar.xz from scripts/fetch_flashinfer_router.sh, unpacked here into
 # .peers/flashinfer-site; the bench compiles it on first use). HOST=1 also times an eager call's host path
-# (scripts/host_overhead.py; its first calls compile four launches). Exit status: the tests' status.
+# (scripts/host_overhead.py; its first calls compile four launches). FUZZ=N runs scripts/gpu_fuzz.py for about N
+# seconds after the tests (FUZZ_ARGS adds its options, e.g. "--force-paths --seed 400000"; a case running at N + 60 s
+# is cut, and the fuzz still prints what it finished). Exit status: the tests' status, else the fuzz's.
 set -uo pipefail
 out=${OUT:-/tmp/moegate-gpu}
 mkdir -p "$out"
@@ -31,6 +33,15 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   test_rc=${PIPESTATUS[0]}
   echo "kernel tests: rc=$test_rc in $(( $(date +%s) - start )) s"
 fi
+fuzz_rc=0
+if [ "${FUZZ:-0}" != 0 ]; then
+  timeout -s TERM $(( FUZZ + 60 )) "$py" scripts/gpu_fuzz.py --seconds "$FUZZ" ${FUZZ_ARGS:-} 2>&1 \
+    | grep -v "Warning" | tee "$out/fuzz.log" | tail -12
+  fuzz_rc=${PIPESTATUS[0]}
+  [ "$fuzz_rc" = 124 ] && fuzz_rc=0  # cut by the timeout: its summary says so; failures printed above it count
+  grep -q "^FAIL" "$out/fuzz.log" && fuzz_rc=1
+  echo "fuzz: rc=$fuzz_rc"
+fi
 if [ "${HOST:-0}" = 1 ]; then
   "$py" scripts/host_overhead.py --calls 500 --repeats 3 2>&1 | tee "$out/host.log"
 fi
@@ -40,4 +51,5 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   while [ -e "$out/$name.log" ]; do n=$((n + 1)); name=bench-$n; done
   "$py" -m moegate.bench --json "$out/$name.json" "$@" 2>&1 | tee "$out/$name.log"
 fi
-exit "$test_rc"
+[ "$test_rc" != 0 ] && exit "$test_rc"
+exit "$fuzz_rc"
