@@ -127,19 +127,26 @@ def _chunk_rows_kernel(x_ptr, b_ptr, w_ptr, id_ptr, stride, rsf, R: tl.constexpr
     wk = tl.where(kc == 0, top[None, :], 0)
     cur = top
     kth = top
+    widest = tl.full(top.shape, INT32_MIN, tl.int32)  # the largest step: minus the closest two adjacent words
     for i in tl.static_range(1, K + 1):
-        step = _row_max((word - cur[:, None, None]).to(tl.uint32, bitcast=True))
-        cur = cur + step.to(tl.int32, bitcast=True)
+        step = _row_max((word - cur[:, None, None]).to(tl.uint32, bitcast=True)).to(tl.int32, bitcast=True)
+        cur = cur + step
+        widest = tl.maximum(widest, step)
         if i < K:
             wk = tl.where(kc == i, cur[None, :], wk)
             kth = cur
-    # The K-th winner on the distance clamp (distance 0) may tie with lanes far below; on fast keys the K-th and
-    # the first loser must be further apart than two keys' errors. Either way: the exact path (here: flagged).
-    flag = flag | ((kth >> LANE_BITS) == 0) | ((cur >> LANE_BITS) == (kth >> LANE_BITS))
+    # The K-th winner on the distance clamp (distance 0) may tie with lanes far below: the exact path (here:
+    # flagged). On fast keys every two adjacent words (the K winners and the first loser) must also lie further
+    # apart than two keys' errors, else they may be out of order. Their order bits differ by at least
+    # gap = -widest >> LANE_BITS, and two positive floats that many order bits apart by at least gap ulps of the
+    # lower one, the first loser's smallest; the error is largest at the best key.
+    flag = flag | ((kth >> LANE_BITS) == 0)
     if FAST:
-        k_key = _key_of32(base + (kth >> LANE_BITS))
-        n_key = _key_of32(base + (cur >> LANE_BITS))
-        flag = flag | (k_key - n_key <= 2.0 * _key_err(tl.abs(k_key), SCORING, bias_mag))
+        gap = ((-widest) >> LANE_BITS).to(tl.float32)
+        n_bits = base + (cur >> LANE_BITS)
+        ulp = (n_bits & 0x7F800000).to(tl.float32, bitcast=True) * 1.1920928955078125e-07
+        err = _key_err(tl.abs(_key_of32(best)), SCORING, bias_mag)
+        flag = flag | (n_bits < 0x00800000) | (gap * ulp <= 2.0 * err)
     live = kc < K
     ids = tl.where(live, ((1 << LANE_BITS) - 1) - (wk & ((1 << LANE_BITS) - 1)), 0)
     xw = tl.load(x_ptr + rows64[None, :] * stride + ids, mask=live, other=0.0)
