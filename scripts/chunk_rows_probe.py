@@ -64,9 +64,10 @@ def _row_max(v):
 
 
 @triton.jit
-def _chunk_rows_kernel(x_ptr, b_ptr, w_ptr, id_ptr, stride, rsf, R: tl.constexpr, NC: tl.constexpr,
+def _chunk_rows_kernel(x_ptr, b_ptr, w_ptr, id_ptr, stride, rsf, b_minus_x, R: tl.constexpr, NC: tl.constexpr,
                        K: tl.constexpr, SCORING: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr,
-                       FAST: tl.constexpr, ACCURATE: tl.constexpr):
+                       FAST: tl.constexpr, ACCURATE: tl.constexpr, RAW: tl.constexpr = False,
+                       KEPT: tl.constexpr = False):
     W: tl.constexpr = NC * 128
     LANE_BITS: tl.constexpr = 8  # the words' low bits: the inverted lane
     tl.static_assert(W <= 256)
@@ -98,14 +99,22 @@ def _chunk_rows_kernel(x_ptr, b_ptr, w_ptr, id_ptr, stride, rsf, R: tl.constexpr
         u = (x.to(tl.int32, bitcast=True) + off).to(tl.uint32, bitcast=True)
         flag = tl.min(tl.min(u, axis=1), axis=1) < span_x  # [R]
     bias_mag = _row_max(tl.abs(b))  # bounds a sqrt-softplus score by its key
-    hi = _order_bits(key + b)  # [R, NC, 128]; a NaN key's bits (0x7FFFFFFF) top every other
+    # [R, NC, 128]; a NaN key's bits (0x7FFFFFFF) top every other. RAW (the router's RAW_BITS): the key's own bits,
+    # which order keys >= +0.0 as the order bits do; rows where that could misorder a group's top two or the rounds'
+    # clamp are flagged below.
+    hi = (key + b).to(tl.int32, bitcast=True) if RAW else _order_bits(key + b)
     if N_GROUP > 1:
         GS: tl.constexpr = W // N_GROUP
         hig = tl.reshape(hi, [R, N_GROUP, GS])
         t1, t2 = tl.reduce((hig, tl.full(hig.shape, INT32_MIN, tl.int32)), 2, _top2)  # [R, G]
-        gscore = _key_of32(t1) + _key_of32(t2)
         g = tl.arange(0, N_GROUP)[None, :] + (rows * 0)[:, None]  # [R, G]
-        gword = (_order_bits(gscore) & (-N_GROUP)) | ((N_GROUP - 1) - g)
+        if RAW:
+            gscore = t1.to(tl.float32, bitcast=True) + t2.to(tl.float32, bitcast=True)
+            flag = flag | (tl.min(t2, axis=1) < 0)  # a group's second key below +0.0
+            gword = (gscore.to(tl.int32, bitcast=True) & (-N_GROUP)) | ((N_GROUP - 1) - g)
+        else:
+            gscore = _key_of32(t1) + _key_of32(t2)
+            gword = (_order_bits(gscore) & (-N_GROUP)) | ((N_GROUP - 1) - g)
         above = tl.sum((gword[:, None, :] > gword[:, :, None]).to(tl.int32), axis=2)  # [R, G]
         kept = above < TOPK_GROUP
         kept_min = tl.min(tl.where(kept, gscore, float("inf")), axis=1)
@@ -113,12 +122,39 @@ def _chunk_rows_kernel(x_ptr, b_ptr, w_ptr, id_ptr, stride, rsf, R: tl.constexpr
         # Two group scores within their keys' rounding (two keys each): a dropped group may be a kept one.
         err = 2.0 * _key_err(tl.abs(kept_min), SCORING, bias_mag) if FAST else 4e-6 + 1e-6 * tl.abs(kept_min)
         flag = flag | (kept_min - dropped_max <= 2.0 * err)
-        hi = tl.reshape(tl.where(kept[:, :, None], hig, INT32_MIN), [R, NC, 128])
+        if KEPT:
+            # The rounds on the kept groups' lanes only (the router's KEPT_ONLY): their logits read again (L1) into
+            # a [R, 1, TOPK_GROUP * GS] tile, slot s holding the group ranked s, and their keys computed again.
+            KW: tl.constexpr = TOPK_GROUP * GS
+            tl.static_assert(KW == 128 and GS % 4 == 0 and N_GROUP <= 16)
+            # [R]: the 4-bit field s holds the group ranked s. The words' low bits are the compact lane (an arange:
+            # no layout conversion), which orders equal keys by the groups' rank, not by id: only the fast keys take
+            # this path, and their margins flag every row with two keys that close.
+            tl.static_assert(FAST)
+            slots = tl.sum(tl.where(kept, g << (4 * above), 0), axis=1)
+            c = tl.arange(0, KW)[None, None, :] + (rows * 0)[:, None, None]  # [R, 1, KW]
+            lane3 = ((slots[:, None, None] >> (4 * (c // GS))) & 15) * GS + (c % GS)
+            lane3 = tl.max_contiguous(tl.multiple_of(lane3, [1, 1, 4]), [1, 1, 4])  # four lanes of a group a thread
+            pk = x_ptr + rows64[:, None, None] * stride + lane3
+            xk = _nan_unless_finite(tl.load(pk), ACCURATE)
+            # The bias by the same pointers moved by b_ptr - x_ptr - row * stride: built on their own, Triton's
+            # layout pass had rebuilt them in the group views' layout and converted them (a barrier, 83 instructions).
+            boff = tl.multiple_of(b_minus_x - rows64 * stride, 4)
+            bk = tl.load(pk + boff[:, None, None])
+            kk = (_sigmoid_fast(xk, ACCURATE) if SCORING == 1 else _sqrtsoftplus_fast(xk, ACCURATE, True)) + bk
+            hi = kk.to(tl.int32, bitcast=True) if RAW else _order_bits(kk)
+        else:
+            hi = tl.reshape(tl.where(kept[:, :, None], hig, INT32_MIN), [R, NC, 128])
     best = _row_max(hi)  # [R]
     flag = flag | (best > INF_BITS)  # a NaN key: a dead lane
     dspan: tl.constexpr = (1 << (31 - LANE_BITS)) - 1
     base = tl.maximum(best.to(tl.int64) - dspan, INT32_MIN).to(tl.int32)
-    inv = ((1 << LANE_BITS) - 1) - lane3
+    if RAW:
+        flag = flag | (base < 0)  # below a base < 0, negative keys' raw bits would not clamp to distance 0
+    if KEPT:
+        inv = (KW - 1) - c  # the compact lane; the epilogue maps it back to the expert
+    else:
+        inv = ((1 << LANE_BITS) - 1) - lane3
     word = ((tl.maximum(hi, base[:, None, None]) - base[:, None, None]) << LANE_BITS) | inv
     top = _row_max(word)
     # The epilogue on [32, R] tensors, a winner a thread: a gather's layout (no contiguity anywhere) follows the
@@ -145,10 +181,16 @@ def _chunk_rows_kernel(x_ptr, b_ptr, w_ptr, id_ptr, stride, rsf, R: tl.constexpr
         gap = ((-widest) >> LANE_BITS).to(tl.float32)
         n_bits = base + (cur >> LANE_BITS)
         ulp = (n_bits & 0x7F800000).to(tl.float32, bitcast=True) * 1.1920928955078125e-07
-        err = _key_err(tl.abs(_key_of32(best)), SCORING, bias_mag)
+        err = _key_err(tl.abs(best.to(tl.float32, bitcast=True) if RAW else _key_of32(best)), SCORING, bias_mag)
         flag = flag | (n_bits < 0x00800000) | (gap * ulp <= 2.0 * err)
     live = kc < K
-    ids = tl.where(live, ((1 << LANE_BITS) - 1) - (wk & ((1 << LANE_BITS) - 1)), 0)
+    if KEPT:
+        cw = (KW - 1) - (wk & ((1 << LANE_BITS) - 1))
+        tl.static_assert(GS & (GS - 1) == 0)
+        GS_BITS: tl.constexpr = GS.bit_length() - 1
+        ids = tl.where(live, ((slots[None, :] >> ((cw >> GS_BITS) << 2)) & 15) * GS + (cw & (GS - 1)), 0)
+    else:
+        ids = tl.where(live, ((1 << LANE_BITS) - 1) - (wk & ((1 << LANE_BITS) - 1)), 0)
     xw = tl.load(x_ptr + rows64[None, :] * stride + ids, mask=live, other=0.0)
     s = tl.where(live, _score(xw, 0.0, 0.0, SCORING, ACCURATE), 0.0)  # the router's weights (libdevice, IEEE)
     denom = tl.sum(s, axis=0) + 1e-20
@@ -186,49 +228,76 @@ def _compile_offline(kernel, consts, floor=False):
     if floor:
         sig = {"x_ptr": "*fp32", "w_ptr": "*fp32", "id_ptr": "*i32", "stride": "i32"}
     else:
-        sig = {"x_ptr": "*fp32", "b_ptr": "*fp32", "w_ptr": "*fp32", "id_ptr": "*i32", "stride": "i32", "rsf": "fp32"}
+        sig = {"x_ptr": "*fp32", "b_ptr": "*fp32", "w_ptr": "*fp32", "id_ptr": "*i32", "stride": "i32", "rsf": "fp32",
+               "b_minus_x": "i64"}
     n_args = len(sig)
     sig.update({k: "constexpr" for k in consts})
     # x_ptr (argument 0) unspecialised: the launch passes it so (do_not_specialize), see the module docstring
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(n_args - (0 if floor else 1))}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(n_args - (0 if floor else 2))}
     src = ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": consts["R"]})
 
 
-def _consts(name, R, fast=True, accurate=True):
+def _consts(name, R, fast=True, raw=False, kept=False, accurate=True):
     scoring, K, n_group, topk_group, _rsf = SHAPES[name]
     return {"R": R, "NC": 2, "K": K, "SCORING": scoring, "N_GROUP": n_group, "TOPK_GROUP": topk_group,
-            "FAST": fast, "ACCURATE": accurate}
+            "FAST": fast, "ACCURATE": accurate, "RAW": raw, "KEPT": kept and n_group > 1}
 
 
 def model(names, rows):
+    """sm_90, offline: per variant and R, the registers, barriers, layout conversions and SASS instructions (each
+    warp runs them all, for its row; the fast path: up to EXIT, without the IEEE divisions' slow paths)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import sass_count
 
     for name in names:
         for R in rows:
-            for floor in (False, True):
-                consts = _consts(name, R)
-                if floor:
-                    consts = {k: consts[k] for k in ("R", "NC", "K")}
-                c = _compile_offline(_chunk_floor_kernel if floor else _chunk_rows_kernel, consts, floor)
-                ptx, ttgir = c.asm["ptx"], c.asm["ttgir"]
-                n = sum(sass_count.sass_counts(c).values())
-                bars = len(re.findall(r"bar\.sync|barrier\.sync", ptx))
-                lds = len(re.findall(r"ld\.global", ptx))
-                print(f"{'floor' if floor else name:17s} R={R}: regs {sass_count.registers(c):3d} bar.sync {bars:2d} "
-                      f"converts {ttgir.count('convert_layout'):2d} shfl {ptx.count('shfl.sync'):3d} "
-                      f"ld.global {lds:3d} sass {n:5d} (each warp runs them all, for its row)", flush=True)
+            for variant in _variants(name) + ["floor"]:
+                if variant == "floor":
+                    consts = {k: _consts(name, R)[k] for k in ("R", "NC", "K")}
+                    c = _compile_offline(_chunk_floor_kernel, consts, floor=True)
+                else:
+                    c = _compile_offline(_chunk_rows_kernel, _consts(name, R, *VARIANTS[variant]))
+                bars = len(re.findall(r"bar\.sync|barrier\.sync", c.asm["ptx"]))
+                print(f"{name:17s} R={R} {variant:9s} regs {sass_count.registers(c):3d} bar.sync {bars:2d} "
+                      f"converts {c.asm['ttgir'].count('convert_layout'):2d} "
+                      f"sass {sum(sass_count.sass_counts(c).values()):5d} fast path {_path_count(c):4d}", flush=True)
 
 
-def _launch(name, x, bias, w, ids, R, fast):
+def _path_count(compiled):
+    import sass_count
+
+    seq, labels = sass_count._disassemble(compiled)
+    end = next((i for i, x in enumerate(seq) if x[2].startswith("EXIT")), len(seq))
+    drop = set()
+    for i, (_f, _line, text) in enumerate(seq[:end]):
+        m = re.match(r"@!?U?P\w+\s+BRA\s+(?:!?U?P\w+,\s*)?`?\(?([.\w]+)", text)
+        if not m or labels.get(m.group(1), -1) <= i:
+            continue
+        j = min(labels[m.group(1)], end)
+        if j - i < 12 and any(seq[k][2].startswith("CALL") for k in range(i, j)):
+            drop.update(range(i + 1, j))
+    return sum(1 for i in range(min(end + 1, len(seq))) if i not in drop)
+
+
+def _launch(name, x, bias, w, ids, R, fast, raw=False, kept=False):
     T = x.shape[0]
     accurate = x.is_cuda  # the interpreter has no PTX (the router's ACCURATE)
-    _chunk_rows_kernel[(T // R,)](x, bias, w, ids, x.stride(0), SHAPES[name][4], num_warps=R,
-                                  **_consts(name, R, fast, accurate))
+    b_minus_x = (bias.data_ptr() - x.data_ptr()) // 4  # elements (both fp32)
+    _chunk_rows_kernel[(T // R,)](x, bias, w, ids, x.stride(0), SHAPES[name][4], b_minus_x, num_warps=R,
+                                  **_consts(name, R, fast, raw, kept, accurate))
 
 
-def check(name, T, R, fast, device):
+# name -> (fast keys, RAW, KEPT): the kernel variants checked and timed
+VARIANTS = {"fma": (False, False, False), "fast": (True, False, False), "raw": (True, True, False),
+            "raw+kept": (True, True, True)}
+
+
+def _variants(name):
+    return [v for v in VARIANTS if not (VARIANTS[v][2] and SHAPES[name][2] == 1)]
+
+
+def check(name, T, R, variant, device):
     """Ids equal to route()'s, weights within 1e-6 relative, on rows the probe did not flag: (flagged, wrong)."""
     from moegate.bench import SHAPES as BENCH
     from moegate.router import route
@@ -239,7 +308,7 @@ def check(name, T, R, fast, device):
     bias = (torch.rand(256, generator=g) * 0.2).to(device)
     w = torch.full((T, config.top_k), float("nan"), device=device)
     ids = torch.full((T, config.top_k), -7, dtype=torch.int32, device=device)
-    _launch(name, x, bias, w, ids, R, fast)
+    _launch(name, x, bias, w, ids, R, *VARIANTS[variant])
     ref_w, ref_ids = route(x, config, bias=bias, backend="reference")[:2]
     flagged = (ids == -1).any(dim=1)
     good = ~flagged
@@ -251,7 +320,7 @@ def check(name, T, R, fast, device):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default=",".join(SHAPES))
-    p.add_argument("--rows", default="1,2,4,8", help="rows (= warps) a program")
+    p.add_argument("--rows", default="1,2,4", help="rows (= warps) a program")
     p.add_argument("--tokens", default="4096,8192,16384,32768,65536")
     p.add_argument("--rep", type=float, default=20.0)
     p.add_argument("--model", action="store_true", help="compile for sm_90 here and count, no GPU")
@@ -265,10 +334,9 @@ def main(argv=None):
     for name in names:
         for R in rows:
             for T in ([8 * R, 37 * R] if device == "cpu" else [R, 4096, 65536]):
-                for fast in (True, False):
-                    flagged, wrong = check(name, T, R, fast, device)
-                    keys = "fast" if fast else "FMA"
-                    print(f"check {name} R={R} T={T} {keys} keys: {flagged} rows flagged, {wrong} wrong", flush=True)
+                for variant in _variants(name):
+                    flagged, wrong = check(name, T, R, variant, device)
+                    print(f"check {name} R={R} T={T} {variant}: {flagged} rows flagged, {wrong} wrong", flush=True)
                     if wrong:
                         raise SystemExit(f"{name} R={R} T={T}: {wrong} rows routed unlike route()")
     if a.check_only:
@@ -300,14 +368,14 @@ def main(argv=None):
 
             line = [f"{name:16s} T={T:6d} router {_time(router, a.rep):6.2f} floor {_time(bench_floor, a.rep):6.2f}"]
             for R in rows:
-                def probe(R=R, fast=True):
-                    _launch(name, nxt(), bias, w, ids, R, fast)
+                def probe(R=R, variant="fast"):
+                    _launch(name, nxt(), bias, w, ids, R, *VARIANTS[variant])
 
                 def floor(R=R):
                     _chunk_floor_kernel[(T // R,)](nxt(), w, ids, 256, R=R, NC=2, K=K, num_warps=R)
 
-                line.append(f"R={R} fast {_time(probe, a.rep):6.2f} fma {_time(lambda: probe(fast=False), a.rep):6.2f} "
-                            f"floor {_time(floor, a.rep):6.2f}")
+                times = " ".join(f"{v} {_time(lambda v=v: probe(variant=v), a.rep):6.2f}" for v in _variants(name))
+                line.append(f"R={R} {times} floor {_time(floor, a.rep):6.2f}")
             print(" | ".join(line), flush=True)
     return 0
 
