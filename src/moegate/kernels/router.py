@@ -17,6 +17,7 @@ import triton
 from moegate._checks import _check_hash_table, _check_no_aliasing, _needs_grad
 from moegate.config import RouterConfig
 from moegate.kernels import router_kernel as rk
+from moegate.kernels import warp_rows_kernel as wrk
 from moegate.layout import ExpertLayout
 from moegate.reference import shared_weight
 
@@ -321,6 +322,20 @@ trunc_logit_words_override: bool | None = None
 SHIFT_WORDS_MIN_K = 17
 shift_words_override: bool | None = None
 
+# Rows on warps, a row a warp (kernels/warp_rows_kernel.py): large launches of sigmoid / sqrt-softplus rows with a
+# bias, E a power of 2 and a multiple of a chunk (128 fp32 / 256 bf16 / fp16 lanes), none of the layout's or the
+# config's extras (scale, softcap, placement, shared slots, padding, capture, packed words, expert scales, p-norms,
+# zero-filled groups). H100 runs 150-152 (scripts/chunk_rows_probe.py, the same fast path; BENCHMARKS.md): DeepSeek-V3
+# fp32 T=65536 38.1 us against the router kernel's 43.3, T=4096 4.19 against 5.26; DeepSeek-V4 37.6 against 42.4.
+# WARP_ROWS_ROWS rows (= warps) a program; WARP_ROWS_MAX_REGISTERS caps ptxas (the exact path alone needs ~55, the fast
+# path 32: at 40, 48 warps an SM). warp_rows_override forces the path on (at any T >= 1, where the config allows it)
+# or off (tests, --ab-variants).
+WARP_ROWS = True
+WARP_ROWS_MIN_TOKENS = 4096
+WARP_ROWS_ROWS = 2
+WARP_ROWS_MAX_REGISTERS = 40
+warp_rows_override: bool | None = None
+
 
 class _Spec(NamedTuple):
     """The integer parameters of one launch (the custom op carries them as a list of ints)."""
@@ -555,6 +570,10 @@ def _launch(
     """Launch the kernel on validated inputs; every output is written in place."""
     T = logits.shape[0]
     logit_scale, softcap, renorm_eps, renorm_p, inv_renorm_p, rsf, shared_weight = params
+    plan = _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, packed, rec_ids, spec, logit_scale)
+    if plan is not None:
+        _launch_warp_rows(logits, bias, weights, ids, spec, renorm_eps, rsf, *plan)
+        return
     dummy = rec_count if rec_count is not None else weights  # pointer for arguments a constexpr turns off
     block_g, block_gs = (1, _pow2(spec.GROUP_SIZE)) if spec.N_GROUP == 1 else (
         _pow2(spec.N_GROUP), _pow2(spec.GROUP_SIZE)
@@ -737,6 +756,54 @@ def _launch(
     )
 
 
+def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, packed, rec_ids, spec: _Spec,
+                    logit_scale: float):
+    """(rows a program, chunks, lanes a chunk, KEPT, bias offset) where the launch takes the rows-on-warps kernel
+    (see WARP_ROWS), else None."""
+    T = logits.shape[0]
+    on = WARP_ROWS and T >= WARP_ROWS_MIN_TOKENS if warp_rows_override is None else warp_rows_override
+    if not on or T < 1 or bias is None or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return None
+    if (spec.SCORING not in (1, 2) or spec.SELECT_LOGITS or spec.HASH or spec.HAS_SOFTCAP or logit_scale != 1.0
+            or spec.C or spec.SHARED_MODE or spec.GROUP_ZERO or (spec.RENORMALIZE and not spec.RENORM_P_ONE)
+            or expert_scale is not None or num_valid is not None or 0 <= spec.num_valid < T or hash_table is not None
+            or l2p is not None or packed is not None or rec_ids is not None or spec.K > 31):
+        return None
+    esize = logits.element_size()
+    lanes = spec.N_GROUP * spec.GROUP_SIZE
+    chunk = 32 * (16 // esize)  # a thread's 16-byte load of adjacent lanes, 32 threads
+    aligned = logits.data_ptr() % 16 == 0 and (logits.stride(0) * esize) % 16 == 0
+    if (lanes & (lanes - 1) or lanes % chunk or logits.stride(1) != 1 or not aligned or bias.stride(0) != 1
+            or bias.data_ptr() % 16 or (spec.N_GROUP > 1 and (spec.GROUP_SIZE & (spec.GROUP_SIZE - 1)
+                                                             or spec.N_GROUP > 32))):
+        return None
+    # The kept groups' lanes read again (KEPT): 128 of them, four adjacent a thread, the bias through the logits'
+    # pointers (the same dtype, 16-byte offsets).
+    offset = bias.data_ptr() - logits.data_ptr()
+    kept = (spec.N_GROUP > 1 and spec.TOPK_GROUP * spec.GROUP_SIZE == 128 and spec.GROUP_SIZE % 4 == 0
+            and spec.N_GROUP <= 16 and spec.TOPK_GROUP <= 8 and bias.dtype == logits.dtype and offset % 16 == 0)
+    return WARP_ROWS_ROWS, lanes // chunk, chunk, kept, offset // esize if kept else 0
+
+
+def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float, rsf: float, rows: int,
+                      chunks: int, chunk: int, kept: bool, bias_offset: int) -> None:
+    T = logits.shape[0]
+    extra = {"maxnreg": WARP_ROWS_MAX_REGISTERS} if WARP_ROWS_MAX_REGISTERS else {}
+    if maxnreg_override is not None:
+        extra = {"maxnreg": maxnreg_override} if maxnreg_override else {}
+    stats = count_fallbacks_into
+    wrk._warp_rows_kernel[(-(-T // rows),)](
+        logits, weights, ids, bias,
+        logits.stride(0), T, renorm_eps if spec.RENORMALIZE else None, rsf if spec.APPLY_RSF else None,
+        bias_offset if kept else None, stats if stats is not None else None,
+        K=spec.K, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
+        GROUP_MAX=bool(spec.GROUP_MAX), SCORING=spec.SCORING, RENORMALIZE=bool(spec.RENORMALIZE),
+        EPS_CLAMP=bool(spec.EPS_CLAMP), APPLY_RSF=bool(spec.APPLY_RSF), R=rows, NC=chunks, LT=chunk, KEPT=kept,
+        FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(),
+        num_warps=rows, **extra,
+    )
+
+
 @torch.library.custom_op(
     "moegate::route_fused", mutates_args=("weights", "ids", "packed", "rec_ids", "rec_count"), device_types=None
 )
@@ -793,15 +860,18 @@ class _LaunchRecorder:
 
 @contextlib.contextmanager
 def recorded_launches(run: bool = True):
-    """Inside, every launch of the router kernel appends its keyword arguments (the constexprs that name its path:
+    """Inside, every launch of the router kernel (or of the rows-on-warps kernel, whose keyword arguments hold R and
+    KEPT) appends its keyword arguments (the constexprs that name its path:
     APPROX_KEYS, KEPT_ONLY, BLOCK_M, num_warps, ...) to the list this yields; with ``run=False`` nothing is launched
     (host-time measurements: what is left is moegate's own path). For scripts and tests; not thread-safe."""
-    kernel, seen = rk._route_kernel, []
+    kernel, warp_rows, seen = rk._route_kernel, wrk._warp_rows_kernel, []
     rk._route_kernel = _LaunchRecorder(kernel, seen, run)
+    wrk._warp_rows_kernel = _LaunchRecorder(warp_rows, seen, run)
     try:
         yield seen
     finally:
         rk._route_kernel = kernel
+        wrk._warp_rows_kernel = warp_rows
 
 
 def _launch_on_device(logits, *args) -> None:

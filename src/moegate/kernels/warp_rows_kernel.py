@@ -1,0 +1,254 @@
+"""Large launches of sigmoid / sqrt-softplus routers with a correction bias: a program of R rows on R warps.
+
+The router kernel (router_kernel.py) runs such rows one a one-warp program: 65536 of them take ~41 us to start on
+a Hopper GPU whatever they do (BENCHMARKS.md runs 148-149), about what the whole launch takes. Here a program routes
+R rows, one a warp. Triton puts warps on the columns of a [R, lanes] tile (every row reduction then crosses warps
+through shared memory), so the row is a [R, NC, LT] tile instead: LT = 32 * VEC lanes (VEC adjacent lanes a thread,
+one 16-byte load), NC = lanes / LT chunks in registers. Triton's coalescing orders a load's dimensions by contiguity,
+ties from the lowest, so the tile's 32 threads go on the LT lanes and the warps on the rows, and every value computed
+from the tile keeps that layout: a row's reductions are in-thread steps and shuffles, no barrier (sm_90 SASS: none on
+the fast path). The epilogue runs on [32, R] tensors (a winner a thread) for the same reason: a gather has no
+contiguity, so its layout fills the lower dimension first.
+
+One row, on the fast path (docs/kernel.md, "Rows on warps, a row a warp"):
+1. the fast keys of the router's APPROX_KEYS (sigmoid: ex2 / rcp approx; sqrt-softplus: ex2 / lg2 / sqrt approx)
+   + bias, their raw bits (RAW_BITS); a logit that is NaN or +-inf makes its key NaN (x * 0 + x), whose bits top
+   every other key's, and sends the row to the exact path;
+2. groups: each group's top (GROUP_MAX) or top-two sum from its keys' bits, the groups kept by counting the groups
+   above each on 32-bit words (score bits, inverted group); KEPT: the kept groups' logits read again into a
+   [R, 1, 128] tile (slot s holding the group ranked s) and their keys computed again, so the rounds run on 128
+   lanes; otherwise the dropped groups' lanes go to INT32_MIN;
+3. distance words below the row's best key, (distance << 8) | inverted lane, and K + 1 rounds of one unsigned max
+   (the router's rounds);
+4. checks that send the row to the exact path: a NaN key; a group's second (or, for GROUP_MAX, top) key below +0.0
+   or the words' base below 0 (raw bits order only keys >= +0.0); a dropped group's score within four keys' errors
+   of a kept one; two adjacent words of the K winners and the first loser closer than two keys' errors (their gap
+   in order bits, the largest round step, times an ulp of the lower key), which also catches the K-th winner on the
+   distance clamp.
+A program with a flagged row (or FORCE_EXACT) redoes its R rows on the exact path: exact keys (libdevice, IEEE
+division and square root: the reference's bits), dead lanes (NaN, -inf) at -inf, groups and K rounds on 64-bit
+(key bits, inverted lane) words, the router kernel's own functions on the tile reshaped to [R, lanes]. Then both
+paths share the epilogue: the winners' logits gathered again, scored exactly, renormalised (p = 1, eps added or
+clamped), scaled by rsf, stored.
+
+What it does not do (the launcher sends such calls to the router kernel): logit scale or softcap, logits
+selection, no bias, softmax, hash routing, placement, shared slots, padding, capture, packed words, expert scales,
+p-norms, zero-filled groups, a row that is not 128 * k lanes wide (E = W), K > 31.
+"""
+
+import triton
+import triton.language as tl
+
+from moegate.kernels.router_kernel import (
+    INF_BITS,
+    INT32_MIN,
+    _div_nonneg,
+    _exact_rounds,
+    _gather_logits,
+    _group_mask,
+    _key_err,
+    _nan_unless_finite,
+    _order_bits,
+    _score,
+    _sigmoid_fast,
+    _sqrtsoftplus_fast,
+    _top2_combine,
+)
+
+
+@triton.jit
+def _row_max(v):
+    """[R, NC, LT] -> [R]: in-thread over the chunks and a thread's own lanes, then the warp's shuffles."""
+    return tl.max(tl.max(v, axis=1), axis=1)
+
+
+@triton.jit
+def _fast_keys(x, b, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
+    """Step 3 on fast keys: NaN where x is NaN or +-inf (see the module docstring)."""
+    xn = _nan_unless_finite(x, ACCURATE)
+    if SCORING == 1:
+        key = _sigmoid_fast(xn, ACCURATE)
+    else:
+        key = _sqrtsoftplus_fast(xn, ACCURATE, True)
+    return key + b
+
+
+@triton.jit
+def _warp_rows_kernel(
+    logits_ptr, weights_ptr, ids_ptr, bias_ptr,
+    logits_row_stride, num_tokens, renorm_eps, rsf,
+    bias_offset,  # KEPT: (bias_ptr - logits_ptr) in elements of the logits (the same dtype), a multiple of 4
+    stats_ptr,  # COUNT_FALLBACKS: int32 [3] as the router kernel's (programs redone, -, programs run)
+    K: tl.constexpr,
+    N_GROUP: tl.constexpr,
+    GROUP_SIZE: tl.constexpr,  # W // N_GROUP (W when N_GROUP == 1)
+    TOPK_GROUP: tl.constexpr,
+    GROUP_MAX: tl.constexpr,  # group score: the top key (else the top two's sum)
+    SCORING: tl.constexpr,  # 1 sigmoid, 2 sqrt-softplus
+    RENORMALIZE: tl.constexpr,
+    EPS_CLAMP: tl.constexpr,
+    APPLY_RSF: tl.constexpr,
+    R: tl.constexpr,  # rows a program, one a warp (num_warps = R)
+    NC: tl.constexpr,  # chunks of LT lanes a row
+    LT: tl.constexpr,  # 32 * VEC lanes a chunk
+    KEPT: tl.constexpr,  # rounds on the kept groups' lanes (TOPK_GROUP * GROUP_SIZE == 128)
+    FORCE_EXACT: tl.constexpr,  # every program takes the exact path (tests)
+    COUNT_FALLBACKS: tl.constexpr,
+    ACCURATE: tl.constexpr,
+):
+    W: tl.constexpr = NC * LT
+    LANE_BITS: tl.constexpr = W.bit_length() - 1  # the words' low bits: the inverted (compact) lane
+    tl.static_assert(W == 1 << LANE_BITS and LT % 32 == 0 and K < 32 and (SCORING == 1 or SCORING == 2))
+    pid = tl.program_id(0)
+    rows = pid * R + tl.arange(0, R)
+    row_ok = rows < num_tokens
+    # The last program's rows past T read row T - 1 again (no masks on the loads); nothing of theirs is stored.
+    rows64 = tl.minimum(rows, num_tokens - 1).to(tl.int64)
+    row_ptr = logits_ptr + rows64 * logits_row_stride  # [R]
+    lane3 = tl.arange(0, NC)[None, :, None] * LT + tl.arange(0, LT)[None, None, :] + (rows * 0)[:, None, None]
+    x = tl.load(row_ptr[:, None, None] + lane3).to(tl.float32)  # [R, NC, LT]
+    b = tl.load(bias_ptr + lane3).to(tl.float32)
+    key = _fast_keys(x, b, SCORING, ACCURATE)
+    bias_mag = _row_max(tl.abs(b))  # bounds a sqrt-softplus score by its key (_key_err)
+    hi = key.to(tl.int32, bitcast=True)  # raw bits: order keys >= +0.0 as the order bits do
+    flag = rows < 0  # [R] False
+    if N_GROUP > 1:
+        GS: tl.constexpr = GROUP_SIZE
+        hig = tl.reshape(hi, [R, N_GROUP, GS])
+        if GROUP_MAX:
+            t1 = tl.max(hig, axis=2)  # [R, G]
+            low = t1
+            gscore = t1.to(tl.float32, bitcast=True)
+            n_keys: tl.constexpr = 1
+        else:
+            t1, t2 = tl.reduce((hig, tl.full(hig.shape, INT32_MIN, tl.int32)), 2, _top2_combine)
+            low = t2
+            gscore = t1.to(tl.float32, bitcast=True) + t2.to(tl.float32, bitcast=True)
+            n_keys: tl.constexpr = 2
+        flag = flag | (tl.min(low, axis=1) < 0)  # a group key below +0.0: raw bits may misorder it
+        g = tl.arange(0, N_GROUP)[None, :] + (rows * 0)[:, None]  # [R, G]
+        gword = (gscore.to(tl.int32, bitcast=True) & (-N_GROUP)) | ((N_GROUP - 1) - g)
+        above = tl.sum((gword[:, None, :] > gword[:, :, None]).to(tl.int32), axis=2)  # groups ranked above each
+        kept = above < TOPK_GROUP
+        kept_min = tl.min(tl.where(kept, gscore, float("inf")), axis=1)
+        dropped_max = tl.max(tl.where(kept, float("-inf"), gscore), axis=1)
+        # Each group score is within n_keys keys' errors of its exact value (a key's error grows with its magnitude,
+        # bounded at the kept score's): a dropped group this close may be a kept one. The 32-bit words' dropped low
+        # bits order scores within 2**log2(G) ulps, far inside that margin.
+        err = n_keys * _key_err(tl.abs(kept_min), SCORING, bias_mag)
+        flag = flag | (kept_min - dropped_max <= 2.0 * err) | (kept_min != kept_min)
+        if KEPT:
+            KW: tl.constexpr = TOPK_GROUP * GS
+            tl.static_assert(KW == 128 and GS % 4 == 0 and N_GROUP <= 16 and TOPK_GROUP <= 8)
+            # 4-bit field s: the group ranked s. The words' low bits are the compact lane (an arange, so no layout
+            # conversion), which orders equal fast keys by the groups' rank: the margins flag every such row.
+            slots = tl.sum(tl.where(kept, g << (4 * above), 0), axis=1)  # [R]
+            c = tl.arange(0, KW)[None, None, :] + (rows * 0)[:, None, None]  # [R, 1, KW]
+            GS_BITS: tl.constexpr = GS.bit_length() - 1
+            lane_k = ((slots[:, None, None] >> ((c >> GS_BITS) << 2)) & 15) * GS + (c & (GS - 1))
+            lane_k = tl.max_contiguous(tl.multiple_of(lane_k, [1, 1, 4]), [1, 1, 4])  # four lanes of a group a thread
+            pk = row_ptr[:, None, None] + lane_k
+            xk = tl.load(pk).to(tl.float32)
+            # The bias by the logits' pointers moved by bias_ptr - row_ptr (elements of the logits' dtype, which the
+            # bias shares here; a multiple of 4): from bias_ptr + lane_k, Triton rebuilt those pointers in the group
+            # views' layout and converted them (a barrier and ~80 instructions a row).
+            boff = tl.multiple_of(bias_offset - rows64 * logits_row_stride, 4)
+            bk = tl.load(pk + boff[:, None, None]).to(tl.float32)
+            hi = _fast_keys(xk, bk, SCORING, ACCURATE).to(tl.int32, bitcast=True)
+            inv = (KW - 1) - c
+        else:
+            hi = tl.reshape(tl.where(kept[:, :, None], hig, INT32_MIN), [R, NC, LT])
+            inv = (W - 1) - lane3
+    else:
+        inv = (W - 1) - lane3
+    best = _row_max(hi)  # [R]
+    flag = flag | (best > INF_BITS)  # a NaN key: a NaN or +-inf logit
+    DSPAN: tl.constexpr = (1 << (31 - LANE_BITS)) - 1
+    base = tl.maximum(best.to(tl.int64) - DSPAN, INT32_MIN).to(tl.int32)
+    flag = flag | (base < 0)  # below a negative base, negative keys' raw bits would not clamp to distance 0
+    word = ((tl.maximum(hi, base[:, None, None]) - base[:, None, None]) << LANE_BITS) | inv
+    top = _row_max(word)
+    kc = tl.arange(0, 32)[:, None] + (rows * 0)[None, :]  # [32, R]: a winner a thread
+    wk = tl.where(kc == 0, top[None, :], 0)
+    cur = top
+    widest = tl.full(top.shape, INT32_MIN, tl.int32)  # the largest step: minus the closest two adjacent words
+    for i in tl.static_range(1, K + 1):
+        step = _row_max((word - cur[:, None, None]).to(tl.uint32, bitcast=True)).to(tl.int32, bitcast=True)
+        cur = cur + step  # the next word down (the unsigned max of word - cur: the smallest distance below)
+        widest = tl.maximum(widest, step)
+        if i < K:
+            wk = tl.where(kc == i, cur[None, :], wk)
+    # Two keys gap order bits apart (both >= +0.0) differ by at least gap ulps of the lower one, and the first
+    # loser is the lowest; a key's error is largest at the best key.
+    gap = ((-widest) >> LANE_BITS).to(tl.float32)
+    n_bits = base + (cur >> LANE_BITS)
+    ulp = (n_bits & 0x7F800000).to(tl.float32, bitcast=True) * 1.1920928955078125e-07
+    err = _key_err(tl.abs(best.to(tl.float32, bitcast=True)), SCORING, bias_mag)
+    flag = flag | (n_bits < 0x00800000) | (gap * ulp <= 2.0 * err)
+    cw = (1 << LANE_BITS) - 1 - (wk & ((1 << LANE_BITS) - 1))  # [32, R]
+    if KEPT:
+        GSB: tl.constexpr = GROUP_SIZE.bit_length() - 1
+        cw = cw - ((1 << LANE_BITS) - 128)  # the compact lane
+        ids = ((slots[None, :] >> ((cw >> GSB) << 2)) & 15) * GROUP_SIZE + (cw & (GROUP_SIZE - 1))
+    else:
+        ids = cw
+    if COUNT_FALLBACKS:
+        tl.atomic_add(stats_ptr + 2, 1)
+    # The epilogue in each branch: a tensor that leaves an if takes one layout for both, and the exact path's ids would
+    # drag the fast path's through a conversion.
+    if FORCE_EXACT or tl.max(flag.to(tl.int32), axis=0) > 0:
+        if COUNT_FALLBACKS:
+            tl.atomic_add(stats_ptr, 1)
+        ids_e = _exact_ids(row_ptr, bias_ptr, lane3, K, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, R, NC, LT,
+                           ACCURATE)
+        _epilogue(ids_e, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
+                  EPS_CLAMP, APPLY_RSF, ACCURATE)
+    else:
+        _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
+                  EPS_CLAMP, APPLY_RSF, ACCURATE)
+
+
+@triton.jit
+def _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K: tl.constexpr,
+              SCORING: tl.constexpr, RENORMALIZE: tl.constexpr, EPS_CLAMP: tl.constexpr, APPLY_RSF: tl.constexpr,
+              ACCURATE: tl.constexpr):
+    """Steps 6-8 on [32, R] winners (column K and beyond ignored): the winners' logits gathered again, scored
+    exactly, renormalised, scaled; weights and ids stored for the rows < T."""
+    live = kc < K
+    xw = _gather_logits(row_ptr[None, :], ids, 1, live, 1.0, 1.0, False, False, ACCURATE)
+    w = tl.where(live, _score(tl.where(live, xw, 0.0), 0.0, 0.0, SCORING, ACCURATE), 0.0)
+    if RENORMALIZE:
+        norm = tl.sum(w, axis=0)  # [R]
+        if EPS_CLAMP:
+            denom = tl.maximum(norm, renorm_eps)
+        else:
+            denom = norm + renorm_eps
+        w = tl.where(denom[None, :] > 0, _div_nonneg(w, denom[None, :]), 0.0)
+    if APPLY_RSF:
+        w = w * rsf
+    out = rows64[None, :] * K + kc
+    mask = live & row_ok[None, :]
+    tl.store(weights_ptr + out, w, mask=mask)
+    tl.store(ids_ptr + out, ids, mask=mask)
+
+
+@triton.jit
+def _exact_ids(row_ptr, bias_ptr, lane3, K: tl.constexpr, N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr,
+               TOPK_GROUP: tl.constexpr, GROUP_MAX: tl.constexpr, SCORING: tl.constexpr, R: tl.constexpr,
+               NC: tl.constexpr, LT: tl.constexpr, ACCURATE: tl.constexpr):
+    """The exact path of a program's R rows: ids [32, R] (a winner a thread, column K and beyond 0), the reference's
+    selection (exact keys, dead lanes at -inf, ties to the lower id), on the tile read again (L1 / L2 hits)."""
+    W: tl.constexpr = NC * LT
+    x = tl.reshape(tl.load(row_ptr[:, None, None] + lane3).to(tl.float32), [R, W])
+    b = tl.reshape(tl.load(bias_ptr + lane3).to(tl.float32), [R, W])
+    dead = (x != x) | (x == float("-inf"))
+    x = tl.where(dead, float("-inf"), x)
+    key = tl.where(dead, float("-inf"), _score(x, 0.0, 0.0, SCORING, ACCURATE) + b)
+    ok2 = tl.arange(0, W)[None, :] >= 0  # [1, W]: no padding lanes (E = W)
+    hi = _order_bits(key)
+    if N_GROUP > 1:
+        hi, _kept_min, _dropped_max = _group_mask(hi, key, dead, ok2, R, N_GROUP, GROUP_SIZE, W, N_GROUP,
+                                                  TOPK_GROUP, GROUP_MAX, False, N_GROUP <= 32)
+    inv = (W - 1) - tl.arange(0, W)
+    ids_k, _rank_lane = _exact_rounds(hi, ok2, inv, tl.arange(0, 32), K, R, 32, W)  # [R, 32]
+    return tl.trans(ids_k)

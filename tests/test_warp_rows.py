@@ -1,0 +1,285 @@
+"""The rows-on-warps kernel (kernels/warp_rows_kernel.py: large launches of sigmoid / sqrt-softplus rows with a bias,
+a row a warp) against the reference. On the CPU it runs under the interpreter (test_kernel.py sets it up), forced
+onto small T with warp_rows_override; on a GPU also at the T where the launcher takes it by itself."""
+
+import pytest
+import torch
+from test_kernel import DEVICE, FULL, HAS_CUDA, _counted, needs_cuda, run_both, tie_free_logits
+
+import moegate.kernels.router as kr
+from moegate import ExpertLayout, ExpertPlacement, RouterConfig, RoutingRecorder, route
+
+TOKENS = (1, 5, 37, 4097) if FULL else (1, 5, 37)
+
+
+def _dsv3(**kw):
+    args = dict(scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4, routed_scaling_factor=2.5)
+    args.update(kw)
+    return RouterConfig(256, kw.pop("top_k", 8), **{k: v for k, v in args.items() if k != "top_k"})
+
+
+CONFIGS = {
+    "deepseek-v3": _dsv3(),
+    "group-max": _dsv3(group_score="max", topk_group=2, n_group=4, top_k=6),  # 64-lane groups: no KEPT
+    "every-group-kept": _dsv3(topk_group=8),
+    "groups-of-16": _dsv3(n_group=16, topk_group=8),  # 8 x 16 = 128 kept lanes: KEPT
+    "sigmoid": RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, routed_scaling_factor=2.827),
+    "deepseek-v4": RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True, routed_scaling_factor=1.5),
+    "no-renormalize": RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, renormalize=False),
+    "eps-clamp": RouterConfig(128, 4, scoring="sqrtsoftplus", has_correction_bias=True, renorm_eps_mode="clamp",
+                              renorm_eps=1e-3),
+    "512-top22": RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True),
+    "top-31": RouterConfig(128, 31, scoring="sigmoid", has_correction_bias=True, n_group=4, topk_group=4),
+}
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """The rows-on-warps path at every T; the launches recorded (still run)."""
+    monkeypatch.setattr(kr, "warp_rows_override", True)
+    seen = []
+    monkeypatch.setattr(kr.wrk, "_warp_rows_kernel", kr._LaunchRecorder(kr.wrk._warp_rows_kernel, seen))
+    monkeypatch.setattr(kr.rk, "_route_kernel", kr._LaunchRecorder(kr.rk._route_kernel, seen))
+    return seen
+
+
+def _bias(E, dtype=torch.float32, seed=0, low=0.0):
+    g = torch.Generator().manual_seed(seed)
+    return (low + torch.randint(0, 16, (E,), generator=g) / 64).to(dtype).to(DEVICE)
+
+
+def _logits(T, E, dtype=torch.float32, seed=0):
+    """Random logits (keys of random rows: the fast path, with a rare close row sent to the exact path)."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(T, E, generator=g) * 2).to(dtype).to(DEVICE)
+
+
+@pytest.mark.parametrize("exact", [False, True], ids=["fast", "forced-exact"])
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_routes_like_the_reference(name, exact, forced, monkeypatch):
+    """Every config the path takes, fp32 logits, random and tie-free rows, into poisoned outputs; the fast path and
+    the exact path (every program forced down it) both route like the reference."""
+    monkeypatch.setattr(kr, "force_exact_override", exact)
+    config = CONFIGS[name]
+    E = config.num_experts
+    for T in TOKENS:
+        for logits in (_logits(T, E, seed=T), tie_free_logits(T, E, seed=T) - 4):
+            forced.clear()
+            run_both(logits, config, bias=_bias(E, seed=T))
+            assert forced and "R" in forced[0], f"{name} T={T}: the launch took the router kernel"
+            kept = config.n_group > 1 and config.topk_group * config.group_size == 128
+            assert forced[0]["KEPT"] is kept
+
+
+@pytest.mark.parametrize("logits_dtype,bias_dtype", [
+    (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16), (torch.bfloat16, torch.float32),
+    (torch.float32, torch.bfloat16),
+])
+def test_half_logits_and_biases(logits_dtype, bias_dtype, forced):
+    """bf16 / fp16 logits take 256-lane chunks; the kept groups' bias comes through the logits' pointers only where
+    the two share a dtype (KEPT), else the rounds run on the whole row."""
+    config = CONFIGS["deepseek-v3"]
+    for T in TOKENS:
+        forced.clear()
+        run_both(_logits(T, 256, logits_dtype, seed=T), config, bias=_bias(256, bias_dtype, seed=T))
+        assert forced[0]["LT"] == (128 if logits_dtype == torch.float32 else 256)
+        assert forced[0]["KEPT"] is (logits_dtype == bias_dtype)
+
+
+def _edge_rows(E, scoring, group_size=0, group_max=False):
+    """Rows the fast path must send to the exact path (which routes them like the reference), one a program at
+    R = 2 beside a plain row: {row: why}. Bias -0.5 (sigmoid) / -0.8 (sqrt-softplus) with logits >= 1 keeps every
+    key >= +0.2."""
+    T = 16
+    x = 1.0 + tie_free_logits(T, E, seed=E).abs().cpu() / 4
+    why = {}
+    x[0, 3] = float("nan")
+    why[0] = "a NaN logit"
+    x[2, 10] = float("-inf")
+    why[2] = "a -inf logit"
+    x[4] = float("nan")
+    why[4] = "every logit NaN: weights 0"
+    if scoring == "sigmoid":
+        x[6, 20] = float("inf")  # scores 1.0 (sqrt-softplus's inf would make the weights NaN)
+        why[6] = "a +inf logit"
+    x[8] = -3.0 - x[8]
+    why[8] = "every key negative"
+    x[10, 5] = x[10, 40] = x[10].max() + 0.5
+    why[10] = "the two best logits equal (a tie: to the lower id)"
+    x[12, :] = 1.5
+    why[12] = "every logit equal"
+    if group_size:
+        x[14, group_size:2 * group_size] = -3.0 - x[14, group_size:2 * group_size]
+        if group_max:
+            why[14] = "a group's top key negative"
+        else:
+            x[14, group_size + 1] = 2.0
+            why[14] = "a group's second key negative"
+    return x.to(DEVICE), why
+
+
+@pytest.mark.parametrize("config", [
+    _dsv3(), _dsv3(group_score="max", topk_group=2, n_group=4),
+    RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True),
+    RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True),
+], ids=["groups", "group-max", "sigmoid", "sqrtsoftplus"])
+def test_edge_rows_take_the_exact_path(config, forced):
+    """NaN / -inf / +inf logits, all-dead rows, negative keys, exact ties: their programs (and only theirs) redo
+    their rows on the exact path (counted), and every row routes like the reference."""
+    E = config.num_experts
+    logits, why = _edge_rows(E, config.scoring, config.group_size if config.n_group > 1 else 0,
+                             config.group_score == "max")
+    bias = torch.full((E,), -0.5 if config.scoring == "sigmoid" else -0.8, device=DEVICE)
+    got, _ = run_both(logits, config, bias=bias)
+    assert (got.weights[4] == 0).all()
+    assert "R" in forced[0] and forced[0]["R"] == 2
+    _, (redone, _repaired, programs) = _counted(logits, config, bias=bias)
+    assert programs == logits.shape[0] // 2
+    assert redone == len({r // 2 for r in why}), (redone, why)
+
+
+def test_a_close_row_is_redone_and_its_neighbours_are_not(forced):
+    """Keys closer than the fast keys' error (an ulp of bias apart) send their program to the exact path; the
+    others stay on the fast path."""
+    config = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True)
+    logits = _logits(8, 256, seed=3)
+    logits[5, :] = 0.25  # every score equal: the keys are the biases
+    bias = _bias(256, seed=3)
+    bias[::2] = 0.1
+    bias[1::2] = torch.nextafter(torch.tensor(0.1), torch.tensor(1.0)).item()  # an ulp above
+    run_both(logits, config, bias=bias)
+    _, (redone, _r, programs) = _counted(logits, config, bias=bias)
+    assert (redone, programs) == (1, 4)
+
+
+@pytest.mark.parametrize("case", [
+    "softmax", "no-bias", "softcap", "logit-scale", "logits-selection", "zero-fill", "p-norm", "384-experts",
+    "strided-columns", "bias-strided", "top-32", "placement", "shared", "padding", "recorder", "packed",
+    "expert-scale",
+])
+def test_what_it_cannot_take_goes_to_the_router_kernel(case, forced):
+    """Each config or layout outside the path's reach launches the router kernel (still like the reference)."""
+    E, T = 256, 6
+    config = RouterConfig(E, 8, scoring="sigmoid", has_correction_bias=True)
+    layout, kw = ExpertLayout(), {}
+    logits = _logits(T, E)
+    bias = _bias(E)
+    if case == "softmax":
+        config = RouterConfig(E, 8, has_correction_bias=True)
+    elif case == "no-bias":
+        config, bias = RouterConfig(E, 8, scoring="sigmoid"), None
+    elif case == "softcap":
+        config = RouterConfig(E, 8, scoring="sigmoid", has_correction_bias=True, softcap=8.0)
+    elif case == "logit-scale":
+        config = RouterConfig(E, 8, scoring="sigmoid", has_correction_bias=True, logit_scale=0.5)
+    elif case == "logits-selection":
+        config = RouterConfig(E, 8, scoring="sigmoid", has_correction_bias=True, selection="logits")
+    elif case == "zero-fill":
+        config = _dsv3(group_fill="zero")
+    elif case == "p-norm":
+        config = RouterConfig(E, 8, scoring="sigmoid", has_correction_bias=True, renorm_p=2.0)
+    elif case == "384-experts":
+        config = RouterConfig(384, 8, scoring="sigmoid", has_correction_bias=True)
+        logits, bias = _logits(T, 384), _bias(384)
+    elif case == "strided-columns":
+        logits = _logits(T, 2 * E)[:, ::2]
+    elif case == "bias-strided":
+        bias = _bias(2 * E)[::2]
+    elif case == "top-32":
+        config = RouterConfig(E, 32, scoring="sigmoid", has_correction_bias=True)
+    elif case == "placement":
+        layout = ExpertLayout(ep_size=2, placement=ExpertPlacement(tuple(range(E)), E))
+    elif case == "shared":
+        config = RouterConfig(E, 8, scoring="sigmoid", has_correction_bias=True, num_shared_experts=1)
+        layout = ExpertLayout(shared_slots="global")
+    elif case == "padding":
+        kw["num_valid_tokens"] = T - 2
+    elif case == "recorder":
+        kw["recorder"] = RoutingRecorder(num_layers=1, max_tokens=T, top_k=8, num_experts=E, device=DEVICE)
+    elif case == "packed":  # route_triton's own option
+        packed = torch.full((T, 8), -7, dtype=torch.int32, device=DEVICE)
+        weights, ids = kr.route_triton(logits, config, layout, bias=bias, packed_out=packed)
+        want = route(logits, config, layout, bias=bias, backend="reference")
+        torch.testing.assert_close(ids, want.ids, rtol=0, atol=0)
+        torch.testing.assert_close(weights, want.weights, rtol=1e-6, atol=1e-7)
+        assert torch.equal(packed >> 16, ids)
+        assert forced and all("R" not in launch for launch in forced)
+        return
+    elif case == "expert-scale":
+        config = RouterConfig(E, 8, scoring="sigmoid", has_correction_bias=True, has_expert_scale=True)
+        kw["expert_scale"] = (0.5 + torch.rand(E)).to(DEVICE)
+    run_both(logits, config, layout, **({"bias": bias} if bias is not None else {}), **kw)
+    assert forced and all("R" not in launch for launch in forced), case
+
+
+def test_the_launcher_takes_it_from_4096_tokens():
+    """Without an override: from WARP_ROWS_MIN_TOKENS on (nothing launched here)."""
+    config = CONFIGS["deepseek-v3"]
+    bias = _bias(256)
+    for T, want in ((kr.WARP_ROWS_MIN_TOKENS - 1, False), (kr.WARP_ROWS_MIN_TOKENS, True)):
+        with kr.recorded_launches(run=False) as seen:
+            route(torch.zeros(T, 256, device=DEVICE), config, bias=bias, backend="triton")
+        assert ("R" in seen[0]) is want, T
+
+
+@needs_cuda
+def test_cuda_graph_replay_and_compile_match_eager():
+    """At T = 8192 (the launcher's own choice): a CUDA graph's replay and torch.compile(fullgraph) equal eager."""
+    config = CONFIGS["deepseek-v3"]
+    logits, bias = _logits(8192, 256, seed=9), _bias(256, seed=9)
+    eager = route(logits, config, bias=bias, backend="triton")
+    out = (torch.full_like(eager.weights, float("nan")), torch.full_like(eager.ids, -7))
+    route(logits, config, bias=bias, backend="triton", out=out)  # compiled outside the capture
+    graph = torch.cuda.CUDAGraph()
+    out[0].fill_(float("nan"))
+    with torch.cuda.graph(graph):
+        route(logits, config, bias=bias, backend="triton", out=out)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out[1], eager.ids, rtol=0, atol=0)
+    torch.testing.assert_close(out[0], eager.weights, rtol=0, atol=0)
+    compiled = torch.compile(lambda x: route(x, config, bias=bias, backend="triton"), fullgraph=True)(logits)
+    torch.testing.assert_close(compiled.ids, eager.ids, rtol=0, atol=0)
+    torch.testing.assert_close(compiled.weights, eager.weights, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="T = 65536 takes minutes under the interpreter")
+@pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-v4", "512-top22"])
+def test_large_launches_route_like_the_reference(name):
+    """The benchmark's sizes, as the launcher picks the path: T = 32768 and 65536 (the last program full), 65535."""
+    config = CONFIGS[name]
+    E = config.num_experts
+    for T in (32768, 65535, 65536):
+        run_both(_logits(T, E, seed=T), config, bias=_bias(E, seed=T))
+
+
+def test_near_tied_groups_take_the_exact_path(forced, monkeypatch):
+    """Groups 3 and 4 with top2_sum scores a few ulps apart (their experts far apart), the fourth kept group and
+    the first dropped one: only the group margin can send these rows to the exact path; the fast and the forced exact
+    path must agree. (Not with the reference on the CPU: the two scores are an ulp apart, and numpy's exp and torch's
+    round differently there; test_kernel.py's near-tied-groups test compares the same two paths.)"""
+    E, G = 256, 8
+    config = RouterConfig(E, 8, scoring="sigmoid", has_correction_bias=True, n_group=G, topk_group=4,
+                          renormalize=False)
+    g = torch.Generator().manual_seed(5)
+    T = 32
+    x = torch.rand(T, E, generator=g, dtype=torch.float64) - 3.0  # low keys everywhere
+    for grp in range(3):
+        x[:, grp * 32] = 3.0 - grp * 0.1
+        x[:, grp * 32 + 1] = 2.5 - grp * 0.1
+    xa = 1.0 + 0.1 * torch.rand(T, generator=g, dtype=torch.float64)
+    xb = 0.5 + 0.1 * torch.rand(T, generator=g, dtype=torch.float64)
+    xa2 = xa + 0.2
+    xb2 = torch.logit(torch.sigmoid(xa) + torch.sigmoid(xb) - torch.sigmoid(xa2))
+    x[:, 96], x[:, 97], x[:, 128], x[:, 129] = xa, xb, xa2, xb2
+    logits = x.float()
+    logits[:, 129] = (logits[:, 129].view(torch.int32) + torch.arange(T, dtype=torch.int32) % 7 - 3).view(
+        torch.float32)
+    logits = logits.to(DEVICE)
+    bias = torch.zeros(E, device=DEVICE)
+    fast, (redone, _r, programs) = _counted(logits, config, bias=bias)
+    assert redone == programs == T // 2
+    monkeypatch.setattr(kr, "force_exact_override", True)
+    exact = route(logits, config, bias=bias, backend="triton")
+    torch.testing.assert_close(fast.ids, exact.ids, rtol=0, atol=0)
+    torch.testing.assert_close(fast.weights, exact.weights, rtol=0, atol=0)
