@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call: the kernel test suite on the GPU, then the benchmark.
+# One device call: the kernel test suites on the GPU (TEST_FILES: other files), then the benchmark.
 #   scripts/gpu_check.sh [--sweep] [bench args...]
 # Logs and JSON go to $OUT (the device tool's output folder) or /tmp/moegate-gpu. SGLang's router is
 # looked for in .peers/ (carry it: carry [".peers"]), and so is FlashInfer's DeepSeek routing op
@@ -27,7 +27,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   start=$(date +%s)
   # -v: the log names each test as it ends, so a call cut by its limit still says which tests were left.
   # PYTEST_K: a -k expression (spaces kept: "cached or logit_keys"), where PYTEST_ARGS splits on them.
-  "$py" -m pytest tests/test_kernel.py -v -p no:cacheprovider --durations=20 ${PYTEST_ARGS:-} ${PYTEST_K:+-k "$PYTEST_K"} \
+  "$py" -m pytest ${TEST_FILES:-tests/test_kernel.py tests/test_warp_rows.py} -v -p no:cacheprovider --durations=20 ${PYTEST_ARGS:-} ${PYTEST_K:+-k "$PYTEST_K"} \
     2>&1 | tee "$out/tests.log" \
     | grep -v " PASSED " | tail -50
   test_rc=${PIPESTATUS[0]}

@@ -706,6 +706,13 @@ AB_VARIANTS = {
     "two-warps-wide": {"launch_override": (1, 2)},  # ... two warps (the launcher's register cap)
     "four-warps-wide": {"launch_override": (1, 4)},  # ... four warps (the launcher's choice before run 126)
 }
+# Rows on warps, a row a warp (kernels/warp_rows_kernel.py, router.WARP_ROWS): forced on at every T where the config
+# allows it (rows-a-warp; -4: four rows a program; -rN: ptxas capped at N registers, 0 none), or off (router-kernel).
+AB_VARIANTS["router-kernel"] = {"warp_rows_override": False}
+AB_VARIANTS["rows-a-warp"] = {"warp_rows_override": True}
+AB_VARIANTS["rows-a-warp-4"] = {"warp_rows_override": True, "WARP_ROWS_ROWS": 4}
+for _n in (0, 32, 48):
+    AB_VARIANTS[f"rows-a-warp-r{_n}"] = {"warp_rows_override": True, "WARP_ROWS_MAX_REGISTERS": _n}
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one
 # warp on a 1024-lane row (the launcher: 128 below T = 16384, 123 registers and 16 warps an SM; 80 from there, 25 warps;
 # sm_90 SASS of 896 top-16 at T = 65536: 112 -> 18 warps, 104 -> 19, both 18 bytes spilled and 7 more fast-path
