@@ -1140,6 +1140,8 @@ def test_cached_rounds_where_the_launcher_takes_them(monkeypatch):
     16-byte loads (4 fp32, 8 bf16)."""
     import moegate.kernels.router as kr
 
+    monkeypatch.setattr(kr, "warp_rows_override", False)  # the router kernel's own choice (WARP_ROWS takes some)
+
     wide = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
     # (config, depth at T = 1, 64 and 16383; depth at T = 16384 and 65536)
     for cfg, small, large in ((wide, 7, 6), (RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True), 7, 6),
@@ -1552,6 +1554,8 @@ def test_fast_sigmoid_keys_where_the_launcher_takes_them(T, monkeypatch):
     (Kimi-K2, DeepSeek-V3) from T = 32768 and 65536, under a cap of 64 registers; never 512 lanes top-22 (shifted
     words: its own cap of 64 from T = 16384), 64 lanes, or bf16 logits without a bias."""
     import moegate.kernels.router as kr
+
+    monkeypatch.setattr(kr, "warp_rows_override", False)  # the router kernel's own choice (WARP_ROWS takes some)
 
     config = RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)
     grouped = RouterConfig(1024, 16, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4)

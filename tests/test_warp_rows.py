@@ -212,14 +212,16 @@ def test_what_it_cannot_take_goes_to_the_router_kernel(case, forced):
     assert forced and all("R" not in launch for launch in forced), case
 
 
-def test_the_launcher_takes_it_from_4096_tokens():
-    """Without an override: from WARP_ROWS_MIN_TOKENS on (nothing launched here)."""
-    config = CONFIGS["deepseek-v3"]
-    bias = _bias(256)
-    for T, want in ((kr.WARP_ROWS_MIN_TOKENS - 1, False), (kr.WARP_ROWS_MIN_TOKENS, True)):
+def test_where_the_launcher_takes_it():
+    """Without an override: from WARP_ROWS_MIN_TOKENS on, rows of WARP_ROWS_LANES lanes (nothing launched here)."""
+    for name, T, want in (("deepseek-v3", kr.WARP_ROWS_MIN_TOKENS - 1, False), ("deepseek-v3", kr.WARP_ROWS_MIN_TOKENS,
+                                                                                True),
+                          ("deepseek-v4", 65536, True), ("512-top22", 65536, False), ("eps-clamp", 65536, False)):
+        config = CONFIGS[name]
+        E = config.num_experts
         with kr.recorded_launches(run=False) as seen:
-            route(torch.zeros(T, 256, device=DEVICE), config, bias=bias, backend="triton")
-        assert ("R" in seen[0]) is want, T
+            route(torch.zeros(T, E, device=DEVICE), config, bias=_bias(E), backend="triton")
+        assert ("R" in seen[0]) is want, (name, T)
 
 
 @needs_cuda

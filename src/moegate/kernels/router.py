@@ -325,15 +325,17 @@ shift_words_override: bool | None = None
 # Rows on warps, a row a warp (kernels/warp_rows_kernel.py): large launches of sigmoid / sqrt-softplus rows with a
 # bias, E a power of 2 and a multiple of a chunk (128 fp32 / 256 bf16 / fp16 lanes), none of the layout's or the
 # config's extras (scale, softcap, placement, shared slots, padding, capture, packed words, expert scales, p-norms,
-# zero-filled groups). H100 runs 150-152 (scripts/chunk_rows_probe.py, the same fast path; BENCHMARKS.md): DeepSeek-V3
-# fp32 T=65536 38.1 us against the router kernel's 43.3, T=4096 4.19 against 5.26; DeepSeek-V4 37.6 against 42.4.
-# WARP_ROWS_ROWS rows (= warps) a program; WARP_ROWS_MAX_REGISTERS caps ptxas (the exact path alone needs ~55, the fast
-# path 32: at 40, 48 warps an SM). warp_rows_override forces the path on (at any T >= 1, where the config allows it)
-# or off (tests, --ab-variants).
+# zero-filled groups). Measured: BENCHMARKS.md runs 150-156 (H100). WARP_ROWS_LANES: the row widths it takes by
+# default (512 top-22, run 153: 100.8 against the router kernel's 78.6 us at T = 65536; its rounds run over 16 lanes
+# a thread, the router kernel's on cached words). WARP_ROWS_ROWS rows (= warps) a program; WARP_ROWS_MAX_REGISTERS
+# caps ptxas: the fast path needs 32 (64 warps an SM), the exact path (a function not inlined) spills at 32 (sm_90
+# SASS, counted offline). warp_rows_override forces the path on (at any T >= 1 and width the config allows) or off
+# (tests, --ab-variants).
 WARP_ROWS = True
 WARP_ROWS_MIN_TOKENS = 4096
+WARP_ROWS_LANES = (256,)
 WARP_ROWS_ROWS = 2
-WARP_ROWS_MAX_REGISTERS = 40
+WARP_ROWS_MAX_REGISTERS = 32
 warp_rows_override: bool | None = None
 
 
@@ -761,7 +763,9 @@ def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, pack
     """(rows a program, chunks, lanes a chunk, KEPT, bias offset) where the launch takes the rows-on-warps kernel
     (see WARP_ROWS), else None."""
     T = logits.shape[0]
-    on = WARP_ROWS and T >= WARP_ROWS_MIN_TOKENS if warp_rows_override is None else warp_rows_override
+    lanes = spec.N_GROUP * spec.GROUP_SIZE
+    on = (WARP_ROWS and T >= WARP_ROWS_MIN_TOKENS and lanes in WARP_ROWS_LANES if warp_rows_override is None
+          else warp_rows_override)
     if not on or T < 1 or bias is None or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return None
     if (spec.SCORING not in (1, 2) or spec.SELECT_LOGITS or spec.HASH or spec.HAS_SOFTCAP or logit_scale != 1.0
@@ -770,7 +774,6 @@ def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, pack
             or l2p is not None or packed is not None or rec_ids is not None or spec.K > 31):
         return None
     esize = logits.element_size()
-    lanes = spec.N_GROUP * spec.GROUP_SIZE
     chunk = 32 * (16 // esize)  # a thread's 16-byte load of adjacent lanes, 32 threads
     aligned = logits.data_ptr() % 16 == 0 and (logits.stride(0) * esize) % 16 == 0
     if (lanes & (lanes - 1) or lanes % chunk or logits.stride(1) != 1 or not aligned or bias.stride(0) != 1

@@ -25,11 +25,12 @@ One row, on the fast path (docs/kernel.md, "Rows on warps, a row a warp"):
    of a kept one; two adjacent words of the K winners and the first loser closer than two keys' errors (their gap
    in order bits, the largest round step, times an ulp of the lower key), which also catches the K-th winner on the
    distance clamp.
-A program with a flagged row (or FORCE_EXACT) redoes its R rows on the exact path: exact keys (libdevice, IEEE
-division and square root: the reference's bits), dead lanes (NaN, -inf) at -inf, groups and K rounds on 64-bit
-(key bits, inverted lane) words, the router kernel's own functions on the tile reshaped to [R, lanes]. Then both
-paths share the epilogue: the winners' logits gathered again, scored exactly, renormalised (p = 1, eps added or
-clamped), scaled by rsf, stored.
+Every program then stores its rows (the epilogue: the winners' logits gathered again, scored exactly, renormalised,
+p = 1, eps added or clamped, scaled by rsf). A program with a flagged row (or FORCE_EXACT) then redoes its R rows on
+the exact path and stores them again: exact keys (libdevice, IEEE division and square root: the reference's bits),
+dead lanes (NaN, -inf) at -inf, groups ranked by counting (ties to the lower group), K rounds of two maxes (the best
+key bits, then its lowest lane), on the same tiles and layout, in a function not inlined (its registers, spilled, do
+not set the fast path's).
 
 What it does not do (the launcher sends such calls to the router kernel): logit scale or softcap, logits
 selection, no bias, softmax, hash routing, placement, shared slots, padding, capture, packed words, expert scales,
@@ -43,10 +44,9 @@ from moegate.kernels.router_kernel import (
     INF_BITS,
     INT32_MIN,
     _div_nonneg,
-    _exact_rounds,
     _gather_logits,
-    _group_mask,
     _key_err,
+    _key_of32,
     _nan_unless_finite,
     _order_bits,
     _score,
@@ -194,18 +194,19 @@ def _warp_rows_kernel(
         ids = cw
     if COUNT_FALLBACKS:
         tl.atomic_add(stats_ptr + 2, 1)
-    # The epilogue in each branch: a tensor that leaves an if takes one layout for both, and the exact path's ids would
-    # drag the fast path's through a conversion.
+    # The epilogue first, then the exact path for a program with a flagged row, which writes the same outputs again.
+    # Deciding that takes the R rows' flags across the warps (shared memory and barriers): where a warp would wait
+    # there for the other before its epilogue, the launch took ~15% longer (H100: DeepSeek-V3 fp32 T = 65536 39.3
+    # against 33.4 us without the exact path); after the stores a warp has nothing left to do, and the program holds
+    # its slot until its last warp ends either way. The barrier also orders the two writes of an output.
+    _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
+              EPS_CLAMP, APPLY_RSF, ACCURATE)
     if FORCE_EXACT or tl.max(flag.to(tl.int32), axis=0) > 0:
         if COUNT_FALLBACKS:
             tl.atomic_add(stats_ptr, 1)
-        ids_e = _exact_ids(row_ptr, bias_ptr, lane3, K, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, R, NC, LT,
-                           ACCURATE)
-        _epilogue(ids_e, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
-                  EPS_CLAMP, APPLY_RSF, ACCURATE)
-    else:
-        _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
-                  EPS_CLAMP, APPLY_RSF, ACCURATE)
+        _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf, K,
+                       N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, RENORMALIZE, EPS_CLAMP, APPLY_RSF, R, NC,
+                       LT, ACCURATE)
 
 
 @triton.jit
@@ -232,23 +233,52 @@ def _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps
     tl.store(ids_ptr + out, ids, mask=mask)
 
 
-@triton.jit
-def _exact_ids(row_ptr, bias_ptr, lane3, K: tl.constexpr, N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr,
-               TOPK_GROUP: tl.constexpr, GROUP_MAX: tl.constexpr, SCORING: tl.constexpr, R: tl.constexpr,
-               NC: tl.constexpr, LT: tl.constexpr, ACCURATE: tl.constexpr):
-    """The exact path of a program's R rows: ids [32, R] (a winner a thread, column K and beyond 0), the reference's
-    selection (exact keys, dead lanes at -inf, ties to the lower id), on the tile read again (L1 / L2 hits)."""
+@triton.jit(noinline=True)
+def _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf,
+                   K: tl.constexpr, N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr,
+                   GROUP_MAX: tl.constexpr, SCORING: tl.constexpr, RENORMALIZE: tl.constexpr, EPS_CLAMP: tl.constexpr,
+                   APPLY_RSF: tl.constexpr, R: tl.constexpr, NC: tl.constexpr, LT: tl.constexpr,
+                   ACCURATE: tl.constexpr):
+    """The program's R rows on the exact path, stored: the reference's selection (exact keys, dead lanes at -inf,
+    ties to the lower id and the lower group) on the fast path's [R, NC, LT] tiles, so no barrier either: a launch
+    waits for its slowest program, and one redone at its end adds this path's latency to the whole launch (H100,
+    the router kernel's functions on [R, lanes] tiles here: DeepSeek-V3 fp32 T = 65536 41.7 against 33.1 us without
+    it). Not inlined: its registers would otherwise set the fast path's count (32, 64 warps an SM)."""
     W: tl.constexpr = NC * LT
-    x = tl.reshape(tl.load(row_ptr[:, None, None] + lane3).to(tl.float32), [R, W])
-    b = tl.reshape(tl.load(bias_ptr + lane3).to(tl.float32), [R, W])
+    rows = tl.program_id(0) * R + tl.arange(0, R)
+    row_ok = rows < num_tokens
+    rows64 = tl.minimum(rows, num_tokens - 1).to(tl.int64)
+    row_ptr = logits_ptr + rows64 * logits_row_stride
+    lane3 = tl.arange(0, NC)[None, :, None] * LT + tl.arange(0, LT)[None, None, :] + (rows * 0)[:, None, None]
+    x = tl.load(row_ptr[:, None, None] + lane3).to(tl.float32)
+    b = tl.load(bias_ptr + lane3).to(tl.float32)
     dead = (x != x) | (x == float("-inf"))
-    x = tl.where(dead, float("-inf"), x)
-    key = tl.where(dead, float("-inf"), _score(x, 0.0, 0.0, SCORING, ACCURATE) + b)
-    ok2 = tl.arange(0, W)[None, :] >= 0  # [1, W]: no padding lanes (E = W)
-    hi = _order_bits(key)
+    key = tl.where(dead, float("-inf"), _score(tl.where(dead, 0.0, x), 0.0, 0.0, SCORING, ACCURATE) + b)
+    hi = _order_bits(key)  # [R, NC, LT]
     if N_GROUP > 1:
-        hi, _kept_min, _dropped_max = _group_mask(hi, key, dead, ok2, R, N_GROUP, GROUP_SIZE, W, N_GROUP,
-                                                  TOPK_GROUP, GROUP_MAX, False, N_GROUP <= 32)
-    inv = (W - 1) - tl.arange(0, W)
-    ids_k, _rank_lane = _exact_rounds(hi, ok2, inv, tl.arange(0, 32), K, R, 32, W)  # [R, 32]
-    return tl.trans(ids_k)
+        hig = tl.reshape(hi, [R, N_GROUP, GROUP_SIZE])
+        if GROUP_MAX:
+            gscore = _key_of32(tl.max(hig, axis=2))
+        else:
+            t1, t2 = tl.reduce((hig, tl.full(hig.shape, INT32_MIN, tl.int32)), 2, _top2_combine)
+            gscore = _key_of32(t1) + _key_of32(t2)  # the reference's fp32 sum of the top two
+        gbits = _order_bits(gscore)
+        g = tl.arange(0, N_GROUP)[None, :] + (rows * 0)[:, None]  # [R, G]
+        # Groups ranked above each: a higher score, or the same score and a lower group.
+        above = tl.sum(((gbits[:, None, :] > gbits[:, :, None])
+                        | ((gbits[:, None, :] == gbits[:, :, None]) & (g[:, None, :] < g[:, :, None]))).to(tl.int32),
+                       axis=2)
+        hi = tl.reshape(tl.where((above < TOPK_GROUP)[:, :, None], hig, INT32_MIN), [R, NC, LT])
+    # K rounds, two maxes a round: the best key bits among the lanes not taken, then the lowest such lane. Dead
+    # lanes (-inf) stay above the dropped groups' (INT32_MIN), as the reference's exclude has them.
+    inv = (W - 1) - lane3
+    avail = lane3 >= 0
+    kc = tl.arange(0, 32)[:, None] + (rows * 0)[None, :]  # [32, R]
+    ids = tl.zeros(kc.shape, tl.int32)
+    for i in tl.static_range(K):
+        best = _row_max(tl.where(avail, hi, INT32_MIN))
+        low = _row_max(tl.where(avail & (hi == best[:, None, None]), inv, -1))  # its inverted lane
+        ids = tl.where(kc == i, ((W - 1) - low)[None, :], ids)
+        avail = avail & (inv != low[:, None, None])
+    _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
+              EPS_CLAMP, APPLY_RSF, ACCURATE)
