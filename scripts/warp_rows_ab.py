@@ -17,11 +17,15 @@ from moegate.bench import SHAPES, _floor_launch, _time
 from moegate.router import route
 
 SRC = os.path.join(os.path.dirname(kr.__file__), "warp_rows_kernel.py")
+BRANCH = "if FORCE_EXACT or tl.max(flag.to(tl.int32), axis=0) > 0:"
 # name -> (old, new) source edits of warp_rows_kernel.py
 VARIANTS = {
     "shipped": [],
-    # the first pass alone (flagged rows routed as the fast keys say)
-    "one-pass": [("    if (soft > 0) & (hard == 0):", "    if False:"), ("    if hard > 0:", "    if False:")],
+    "no-exact-path": [(BRANCH, "if FORCE_EXACT:")],  # the fast path alone (flagged rows routed as the fast path says)
+    # the programs' flags still reduced across the warps (shared memory, barriers), the exact path not called
+    "any-only": [("        _exact_program(logits_ptr,", "        if False:\n            _exact_program(logits_ptr,")],
+    "exact-inlined": [("@triton.jit(noinline=True)", "@triton.jit")],  # the exact path inlined (its registers)
+    "exact-no-rounds": [("    for i in tl.static_range(K):", "    for i in tl.static_range(0):")],  # (wrong ids)
 }
 
 

@@ -325,14 +325,17 @@ shift_words_override: bool | None = None
 # Rows on warps, a row a warp (kernels/warp_rows_kernel.py): large launches of sigmoid / sqrt-softplus rows with a
 # bias, E a power of 2 and a multiple of a chunk (128 fp32 / 256 bf16 / fp16 lanes), none of the layout's or the
 # config's extras (scale, softcap, placement, shared slots, padding, capture, packed words, expert scales, p-norms,
-# zero-filled groups). Measured: BENCHMARKS.md runs 150-156 (H100). WARP_ROWS_LANES: the row widths it takes by
-# default (512 top-22, run 153: 100.8 against the router kernel's 78.6 us at T = 65536; its rounds run over 16 lanes
-# a thread, the router kernel's on cached words). WARP_ROWS_ROWS rows (= warps) a program; WARP_ROWS_MAX_REGISTERS
-# caps ptxas: the fast path needs 32 (64 warps an SM), the exact path (a function not inlined) spills at 32 (sm_90
-# SASS, counted offline). warp_rows_override forces the path on (at any T >= 1 and width the config allows) or off
-# (tests, --ab-variants).
+# zero-filled groups). H100, BENCHMARKS.md runs 153-157, the same launches with it and without: from T = 32768 it
+# is faster or level (DeepSeek-V3 fp32 T=65536 41.0 against 43.0 us, T=32768 22.9 / 23.8; bf16 41.0 / 43.0, 22.3 /
+# 23.4; DeepSeek-V4 40.6 / 42.7, 23.1 / 22.9), below it slower (T=4096 6.7 / 5.3: a program on its exact path costs
+# ~7 us of latency, and a launch waits for its last program; its fast path alone takes 33.4 us at T=65536).
+# WARP_ROWS_LANES: the row widths it takes by default (512 top-22, run 153: 100.8 against 78.6 us at T = 65536; its
+# rounds run over 16 lanes a thread, the router kernel's on cached words). WARP_ROWS_ROWS rows (= warps) a program;
+# WARP_ROWS_MAX_REGISTERS caps ptxas: the fast path needs 32 (64 warps an SM), the exact path (a function not
+# inlined) spills at 32 (sm_90 SASS, counted offline). warp_rows_override forces the path on (at any T >= 1 and
+# width the config allows) or off (tests, --ab-variants).
 WARP_ROWS = True
-WARP_ROWS_MIN_TOKENS = 4096
+WARP_ROWS_MIN_TOKENS = 32768
 WARP_ROWS_LANES = (256,)
 WARP_ROWS_ROWS = 2
 WARP_ROWS_MAX_REGISTERS = 32
