@@ -68,6 +68,7 @@ PATH_KNOBS = {
     "exact32_override": (None, None, None, True),
     "launch_override": (None, None, (1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (4, 1), (64, 2)),
     "cache_rounds_override": (None, None, 0, 2, 3, 4, 5, 6, 7, 8),
+    "warp_rows_override": (None, True, True, False),  # the rows-on-warps kernel, where the config allows it
     "trunc_logit_words_override": (None, True, False),
     "logit_span_override": (None, None, 0, 2),
     "shift_words_override": (None, True, False),
@@ -99,6 +100,9 @@ def forced(paths: dict):
 
 def launch_tags(kwargs: dict) -> list[str]:
     """A launch's path from its constexprs: the row layout, then each path flag that is on."""
+    if "LT" in kwargs:  # the rows-on-warps kernel (kernels/warp_rows_kernel.py)
+        return [f"a-row-a-warp-{kwargs['R']}x{kwargs['NC']}x{kwargs['LT']}"] + ["KEPT"] * bool(kwargs["KEPT"]) + [
+            "FORCE_EXACT"] * bool(kwargs["FORCE_EXACT"])
     if kwargs["THREAD_ROWS"]:
         layout = "thread-rows"
     elif kwargs["SPLIT_ROWS"]:
