@@ -700,6 +700,27 @@ def test_fast_sigmoid_keys_route_like_exact_keys(config, repair, monkeypatch):
         run_both(logits, config, near_ties=True, **kw)
 
 
+def near_tied_group_logits(T, E, G, seed=5):
+    """[T, E] sigmoid logits of G groups: groups 0-2 clearly kept, groups 3 and 4 (the fourth kept and the first
+    dropped at topk_group 4) with top2_sum scores a few ulps apart, their experts far apart, the rest low."""
+    GS = E // G
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(T, E, generator=g, dtype=torch.float64) - 3.0  # low keys everywhere
+    for grp in range(3):
+        x[:, grp * GS] = 3.0 - grp * 0.1
+        x[:, grp * GS + 1] = 2.5 - grp * 0.1
+    xa = 1.0 + 0.1 * torch.rand(T, generator=g, dtype=torch.float64)
+    xb = 0.5 + 0.1 * torch.rand(T, generator=g, dtype=torch.float64)
+    target = torch.sigmoid(xa) + torch.sigmoid(xb)
+    xa2 = xa + 0.2
+    xb2 = torch.logit(target - torch.sigmoid(xa2))
+    x[:, 3 * GS], x[:, 3 * GS + 1], x[:, 4 * GS], x[:, 4 * GS + 1] = xa, xb, xa2, xb2
+    logits = x.float()
+    c = 4 * GS + 1
+    logits[:, c] = (logits[:, c].view(torch.int32) + torch.arange(T, dtype=torch.int32) % 7 - 3).view(torch.float32)
+    return logits.to(DEVICE)
+
+
 def test_fast_sigmoid_keys_near_tied_groups(monkeypatch):
     """Groups 3 and 4 with top2_sum scores a few ulps apart, their experts far apart: only the group margin
     check can send these rows down the exact path."""
@@ -708,21 +729,7 @@ def test_fast_sigmoid_keys_near_tied_groups(monkeypatch):
     monkeypatch.setattr(kr, "launch_override", (1, 1))
     E, G = 64, 8
     config = RouterConfig(E, 8, scoring="sigmoid", n_group=G, topk_group=4, renormalize=False)
-    g = torch.Generator().manual_seed(5)
-    T = 64
-    x = torch.rand(T, E, generator=g, dtype=torch.float64) - 3.0  # low keys everywhere
-    for grp in range(3):
-        x[:, grp * 8] = 3.0 - grp * 0.1
-        x[:, grp * 8 + 1] = 2.5 - grp * 0.1
-    xa = 1.0 + 0.1 * torch.rand(T, generator=g, dtype=torch.float64)
-    xb = 0.5 + 0.1 * torch.rand(T, generator=g, dtype=torch.float64)
-    target = torch.sigmoid(xa) + torch.sigmoid(xb)
-    xa2 = xa + 0.2
-    xb2 = torch.logit(target - torch.sigmoid(xa2))
-    x[:, 24], x[:, 25], x[:, 32], x[:, 33] = xa, xb, xa2, xb2
-    logits = x.float()
-    logits[:, 33] = (logits[:, 33].view(torch.int32) + torch.arange(T, dtype=torch.int32) % 7 - 3).view(torch.float32)
-    logits = logits.to(DEVICE)
+    logits = near_tied_group_logits(64, E, G)
     monkeypatch.setattr(kr, "approx_keys_override", True)
     fast = route(logits, config, backend="triton")
     monkeypatch.setattr(kr, "force_exact_override", True)

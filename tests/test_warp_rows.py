@@ -4,7 +4,16 @@ onto small T with warp_rows_override; on a GPU also at the T where the launcher 
 
 import pytest
 import torch
-from test_kernel import DEVICE, FULL, HAS_CUDA, _counted, needs_cuda, run_both, tie_free_logits
+from test_kernel import (
+    DEVICE,
+    FULL,
+    HAS_CUDA,
+    _counted,
+    near_tied_group_logits,
+    needs_cuda,
+    run_both,
+    tie_free_logits,
+)
 
 import moegate.kernels.router as kr
 from moegate import ExpertLayout, ExpertPlacement, RouterConfig, RoutingRecorder, route
@@ -260,24 +269,10 @@ def test_near_tied_groups_take_the_exact_path(forced, monkeypatch):
     the first dropped one: only the group margin can send these rows to the exact path; the fast and the forced exact
     path must agree. (Not with the reference on the CPU: the two scores are an ulp apart, and numpy's exp and torch's
     round differently there; test_kernel.py's near-tied-groups test compares the same two paths.)"""
-    E, G = 256, 8
+    E, G, T = 256, 8, 32
     config = RouterConfig(E, 8, scoring="sigmoid", has_correction_bias=True, n_group=G, topk_group=4,
                           renormalize=False)
-    g = torch.Generator().manual_seed(5)
-    T = 32
-    x = torch.rand(T, E, generator=g, dtype=torch.float64) - 3.0  # low keys everywhere
-    for grp in range(3):
-        x[:, grp * 32] = 3.0 - grp * 0.1
-        x[:, grp * 32 + 1] = 2.5 - grp * 0.1
-    xa = 1.0 + 0.1 * torch.rand(T, generator=g, dtype=torch.float64)
-    xb = 0.5 + 0.1 * torch.rand(T, generator=g, dtype=torch.float64)
-    xa2 = xa + 0.2
-    xb2 = torch.logit(torch.sigmoid(xa) + torch.sigmoid(xb) - torch.sigmoid(xa2))
-    x[:, 96], x[:, 97], x[:, 128], x[:, 129] = xa, xb, xa2, xb2
-    logits = x.float()
-    logits[:, 129] = (logits[:, 129].view(torch.int32) + torch.arange(T, dtype=torch.int32) % 7 - 3).view(
-        torch.float32)
-    logits = logits.to(DEVICE)
+    logits = near_tied_group_logits(T, E, G)
     bias = torch.zeros(E, device=DEVICE)
     fast, (redone, _r, programs) = _counted(logits, config, bias=bias)
     assert redone == programs == T // 2
