@@ -30,6 +30,7 @@ import triton
 
 from moegate import route
 from moegate.bench import SHAPES, _time
+from moegate.kernels import router as kr
 from moegate.kernels import router_kernel as rk
 
 _cuda = None
@@ -96,6 +97,7 @@ def main(argv=None):
         probes["floor, a row a 1-warp prog"] = (
             rk._floor_kernel, lambda: rk._floor_kernel[(T,)](x256, 256, w8, i8, T, W=256, K=8, BLOCK_M=1, BLOCK_W=256,
                                                             BLOCK_K=8, num_warps=1))
+        kr.warp_rows_override = False  # the router kernel's launches (one row a one-warp program)
         for name in a.shapes.split(","):
             config, dtype = SHAPES[name]
             x = torch.randn(T, config.num_scored, device="cuda", dtype=dtype)

@@ -38,15 +38,19 @@ class _Capture:
 
 
 def compile_launch(logits, config, layout, bias=None, use_pdl=False, **route_kwargs):
-    """The compiled kernel (sm_90) of the launch that route() would make for these inputs."""
-    kernel, capture = rk._route_kernel, _Capture()
+    """The compiled kernel (sm_90) of the launch of the router kernel that route() would make for these inputs (where
+    the launcher would take the rows-on-warps kernel instead, the router kernel's launch: warp_rows_override off;
+    scripts/chunk_rows_probe.py --model and docs/kernel.md count that one)."""
+    kernel, capture, warp_rows = rk._route_kernel, _Capture(), kr.warp_rows_override
     interpret = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"  # let route_triton accept CPU tensors; the kernel is not run
     rk._route_kernel = capture
+    kr.warp_rows_override = False
     try:
         kr._route_triton(logits, config, layout, bias=bias, **route_kwargs)
     finally:
         rk._route_kernel = kernel
+        kr.warp_rows_override = warp_rows
         if interpret is None:
             os.environ.pop("TRITON_INTERPRET")
         else:

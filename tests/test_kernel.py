@@ -1527,7 +1527,7 @@ def test_scalar_and_vector_checks_agree(case, monkeypatch):
 
 
 def _launch_kwargs(x, config, **kw):
-    """The constexprs route_triton would launch the kernel with (nothing runs)."""
+    """The constexprs route_triton would launch the router kernel with (nothing runs)."""
     import moegate.kernels.router as kr
 
     seen = {}
@@ -1538,14 +1538,16 @@ def _launch_kwargs(x, config, **kw):
                 seen.update(kwargs)
             return launch
 
-    kernel = kr.rk._route_kernel
+    kernel, warp_rows = kr.rk._route_kernel, kr.warp_rows_override
     kr.rk._route_kernel = Capture()
+    kr.warp_rows_override = False  # the router kernel's launch (tests/test_warp_rows.py covers the other kernel's)
     old = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"  # route_triton takes CPU tensors
     try:
         kr._route_triton(x, config, ExpertLayout(), **kw)  # the launch as route() makes it (placeholder inputs)
     finally:
         kr.rk._route_kernel = kernel
+        kr.warp_rows_override = warp_rows
         if old is None:
             os.environ.pop("TRITON_INTERPRET")
         else:
