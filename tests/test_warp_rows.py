@@ -235,9 +235,14 @@ def test_where_the_launcher_takes_it():
 
 @needs_cuda
 def test_cuda_graph_replay_and_compile_match_eager():
-    """At T = 8192 (the launcher's own choice): a CUDA graph's replay and torch.compile(fullgraph) equal eager."""
+    """At T = WARP_ROWS_MIN_TOKENS (the launcher's own choice): a CUDA graph's replay and torch.compile(fullgraph)
+    equal eager."""
     config = CONFIGS["deepseek-v3"]
-    logits, bias = _logits(8192, 256, seed=9), _bias(256, seed=9)
+    T = kr.WARP_ROWS_MIN_TOKENS
+    logits, bias = _logits(T, 256, seed=9), _bias(256, seed=9)
+    with kr.recorded_launches(run=False) as seen:
+        route(logits, config, bias=bias, backend="triton")
+    assert "R" in seen[0]
     eager = route(logits, config, bias=bias, backend="triton")
     out = (torch.full_like(eager.weights, float("nan")), torch.full_like(eager.ids, -7))
     route(logits, config, bias=bias, backend="triton", out=out)  # compiled outside the capture
