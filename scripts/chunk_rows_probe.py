@@ -7,19 +7,23 @@ Triton's default layout fills a warp's threads along a tile's last dimension and
 dimensions from the last one inward, as far as each dimension has room. A [R, 256] tile on R warps has room for 8
 warps along its 256 columns, so the warps go there, and every reduction of a row crosses warps through shared
 memory (docs/kernel.md, Speed: 65-76 barriers a row in the router's rows-on-warps attempts). Here a row of
-NCH * 32 lanes is a [NCH, R, 32] tile instead: lane = chunk * 32 + thread. The last dimension is exactly a warp's
-32 threads, so the warps can only go on the rows, and each thread holds its row's NCH chunks in registers. A
-reduction over a row is NCH - 1 in-thread steps and five shuffles; a group of 32 experts (DeepSeek-V3) is a chunk,
-whose top two are five shuffles. The column offsets carry a contiguity hint of 1: a 16-byte vectorised load would
-lay four columns on a thread and the warps back on the chunks (each load is still one 128-byte line a warp).
+NC * 128 lanes is a [R, NC, 128] tile instead. A load's layout comes from Triton's coalescing, which orders the
+dimensions by contiguity, ties from the lowest: four adjacent lanes a thread (16 bytes), 32 threads on the 128
+lanes, then the warps on the rows (dimension 0, before the chunks), and every value computed from the tile keeps
+that layout, the group views (reshaped to [R, G, GS]) included. A reduction over a row is in-thread steps over a
+thread's 8 lanes and five shuffles. The epilogue runs on [32, R] tensors (a winner a thread): a gather has no
+contiguity, so its layout fills the lowest dimension first. (A first form, [NC, R, 32] with a contiguity hint of 1
+on the column offsets, kept the load unvectorised and, ties from the lowest, put the threads on the chunks: scrapped.)
 
-Each row: keys (sigmoid or sqrt-softplus) in the router's FMA forms + bias, its 32-bit order bits; for groups the
-top2_sum group scores on 32-bit words, groups kept by counting, the dropped groups' lanes at INT32_MIN; distance
-words below the row's best key (the inverted lane in the low 8 bits), K + 1 rounds of one unsigned max; weights
-from the winners' logits with libdevice exp and the IEEE division, renormalised, scaled; K weights and ids stored.
-Rows the router would send to its exact path (a logit below the FMA keys' band, a K-th winner on the distance
-clamp, a dropped group within the keys' rounding of a kept one) get ids -1 here and are counted: the probe has no
-exact path. Sigmoid and sqrt-softplus, 256 lanes (8 chunks), fp32 logits, rows < T only (T a multiple of R).
+Each row: fast keys (the router's APPROX_KEYS) or FMA keys + bias (RAW: their own bits, else order bits); for groups
+the top2_sum group scores on 32-bit words, groups kept by counting, the dropped groups' lanes at INT32_MIN (KEPT: the
+kept groups' 128 lanes read again instead, their bias through the logits' pointers moved by b_minus_x); distance
+words below the row's best key (the inverted lane in the low 8 bits), K + 1 rounds of one unsigned max; weights from
+the winners' logits (the router's exact scores), renormalised, scaled; K weights and ids stored. Rows the router
+would send to its exact path (a NaN or +-inf logit, a logit below the FMA keys' band, raw bits that may misorder, a
+dropped group within the keys' error of a kept one, two adjacent winners closer than two keys' errors, the K-th on
+the distance clamp) get ids -1 here and are counted: the probe has no exact path. Sigmoid and sqrt-softplus, 256
+lanes, fp32 logits, T a multiple of R. kernels/warp_rows_kernel.py is the router kernel that grew from this.
 
 The question (BENCHMARKS.md runs 118 and 148-149): one row a one-warp program starts 65536 programs in ~41 us on
 either Hopper GPU, about what the router takes; programs of R rows start R times fewer.
