@@ -1,0 +1,101 @@
+"""Random configs of the rows-on-warps kernel's own family, forced onto it, against the reference.
+
+    TRITON_INTERPRET=1 python scripts/warp_rows_fuzz.py --device cpu --seconds 300 --seed 5000
+    python scripts/warp_rows_fuzz.py --max-tokens 65536 --seconds 300          # GPU
+
+scripts/gpu_fuzz.py draws every knob, so few of its cases fall in this kernel's family (sigmoid / sqrt-softplus with a
+bias, E a power of 2 and a multiple of a chunk, no extras: kernels/warp_rows_kernel.py). Each case here draws E in
+{128, 256, 512}, the scoring, groups (top2_sum or max, any topk_group), K up to 31, renormalisation (eps added or
+clamped), the scale in the weights or on the output, fp32 / bf16 / fp16 logits (a third of them rounded to quarters:
+ties), biases of either sign and dtype, and NaN, -inf, +inf and extreme logits; it routes with warp_rows_override on
+and checks every row against the reference: ids equal and weights within 1e-6 relative (+ 1e-7), and on rows with a
++inf logit (outside the contract's domain) K distinct valid ids. The exit status is the number of failing cases
+(capped at 100).
+"""
+
+import argparse
+import random
+import sys
+import time
+
+import torch
+
+import moegate.kernels.router as kr
+from moegate import ExpertLayout, RouterConfig, route
+from moegate.reference import outside_domain
+
+
+def draw(rng: random.Random, max_tokens: int, device: str):
+    """(config, layout, logits, bias) of one case, or None where RouterConfig refuses the draw."""
+    E = rng.choice((128, 256, 256, 512))
+    n_group = rng.choice((1, 1, 2, 4, 8, 16))
+    kw = dict(scoring=rng.choice(("sigmoid", "sqrtsoftplus")), has_correction_bias=True,
+              renormalize=rng.random() < 0.7, renorm_eps_mode=rng.choice(("add", "clamp")),
+              routed_scaling_factor=rng.choice((1.0, 2.5)))
+    if n_group > 1:
+        kw.update(n_group=n_group, topk_group=rng.randint(1, n_group), group_score=rng.choice(("top2_sum", "max")))
+    K = rng.randint(1, min(31, kw.get("topk_group", 1) * (E // n_group)))
+    try:
+        config = RouterConfig(E, K, **kw)
+    except ValueError:
+        return None
+    layout = ExpertLayout(scale=rng.choice(("in_weights", "on_output")))
+    dtype = rng.choice((torch.float32, torch.float32, torch.bfloat16, torch.float16))
+    T = rng.randint(1, max_tokens)
+    g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+    x = torch.randn(T, E, generator=g) * rng.choice((0.5, 2.0, 8.0))
+    if rng.random() < 1 / 3:
+        x = (x * 4).round() / 4  # ties
+    for _ in range(rng.randint(0, 3)):
+        x[rng.randrange(T), rng.randrange(E)] = rng.choice((float("nan"), float("-inf"), float("inf"), -100.0, 30.0))
+    bias = torch.randn(E, generator=g) * rng.choice((0.01, 0.1, 1.0)) + rng.choice((0.0, 0.5, -0.5))
+    bias = bias.to(rng.choice((torch.float32, dtype)))
+    return config, layout, x.to(dtype).to(device), bias.to(device)
+
+
+def run_case(seed: int, max_tokens: int, device: str) -> str:
+    """'' when the case routes like the reference (or draws no config), else what went wrong."""
+    case = draw(random.Random(seed), max_tokens, device)
+    if case is None:
+        return ""
+    config, layout, x, bias = case
+    kr.warp_rows_override = True
+    try:
+        with kr.recorded_launches() as seen:
+            got = route(x, config, layout, bias=bias, backend="triton")
+    finally:
+        kr.warp_rows_override = None
+    want = route(x, config, layout, bias=bias, backend="reference")
+    inside = ~outside_domain(x, config)
+    wrong = []
+    if not torch.equal(got.ids[inside], want.ids[inside]):
+        wrong.append("ids")
+    if not torch.allclose(got.weights[inside], want.weights[inside], rtol=1e-6, atol=1e-7):
+        wrong.append("weights")
+    for row in got.ids[~inside].tolist():
+        if len(set(row)) != config.top_k or min(row) < 0 or max(row) >= config.num_experts:
+            wrong.append("a +inf row's ids")
+    kernel = "rows-on-warps" if "R" in seen[0] else "router kernel"
+    return f"{', '.join(wrong)} ({kernel}; {config}, {x.dtype}, T={x.shape[0]})" if wrong else ""
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=240.0)
+    p.add_argument("--seed", type=int, default=0, help="case i has seed SEED + i")
+    p.add_argument("--max-tokens", type=int, default=9)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a = p.parse_args(argv)
+    start, n, failed = time.time(), 0, 0
+    while time.time() - start < a.seconds:
+        what = run_case(a.seed + n, a.max_tokens, a.device)
+        if what:
+            failed += 1
+            print(f"FAIL seed {a.seed + n}: {what}", flush=True)
+        n += 1
+    print(f"{n} cases in {time.time() - start:.0f} s (seeds {a.seed}..{a.seed + n - 1}): {failed} failed")
+    return min(failed, 100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
