@@ -325,7 +325,7 @@ shift_words_override: bool | None = None
 # Rows on warps, a row a warp (kernels/warp_rows_kernel.py): large launches of sigmoid / sqrt-softplus rows with a
 # bias, E a power of 2 and a multiple of a chunk (128 fp32 / 256 bf16 / fp16 lanes), none of the layout's or the
 # config's extras (scale, softcap, placement, shared slots, padding, capture, packed words, expert scales, p-norms,
-# zero-filled groups). H100, BENCHMARKS.md runs 153-157, the same launches with it and without: from T = 32768 it
+# zero-filled groups). H100, BENCHMARKS.md runs 153-158, the same launches with it and without: from T = 32768 it
 # is faster or level (DeepSeek-V3 fp32 T=65536 41.0 against 43.0 us, T=32768 22.9 / 23.8; bf16 41.0 / 43.0, 22.3 /
 # 23.4; DeepSeek-V4 40.6 / 42.7, 23.1 / 22.9), below it slower (T=4096 6.7 / 5.3: a program on its exact path costs
 # ~7 us of latency, and a launch waits for its last program; its fast path alone takes 33.4 us at T=65536).
@@ -801,7 +801,7 @@ def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float
     wrk._warp_rows_kernel[(-(-T // rows),)](
         logits, weights, ids, bias,
         logits.stride(0), T, renorm_eps if spec.RENORMALIZE else None, rsf if spec.APPLY_RSF else None,
-        bias_offset if kept else None, stats if stats is not None else None,
+        bias_offset if kept else None, stats,
         K=spec.K, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
         GROUP_MAX=bool(spec.GROUP_MAX), SCORING=spec.SCORING, RENORMALIZE=bool(spec.RENORMALIZE),
         EPS_CLAMP=bool(spec.EPS_CLAMP), APPLY_RSF=bool(spec.APPLY_RSF), R=rows, NC=chunks, LT=chunk, KEPT=kept,

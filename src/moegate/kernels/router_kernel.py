@@ -74,6 +74,14 @@ def _div_nonneg(w, d):
     return tl.where(nonzero, _div(tl.where(nonzero, w, 1.0), d), 0.0)
 
 
+@triton.jit
+def _renorm_denom(norm, renorm_eps, EPS_CLAMP: tl.constexpr):
+    """Step 7's denominator: the norm with renorm_eps added, or clamped below at it (renorm_eps_mode)."""
+    if EPS_CLAMP:
+        return tl.maximum(norm, renorm_eps)
+    return norm + renorm_eps
+
+
 FP32_TINY = tl.constexpr(1.1754943508222875e-38)  # 2**-126, fp32's smallest normal number
 
 
@@ -1855,10 +1863,7 @@ def _route_kernel(
         w_lane = tl.where(sel, s_lane, 0.0)
         if RENORMALIZE:  # step 7, p = 1 only (the launcher sends p-norms down the gather path)
             norm = tl.sum(w_lane, axis=1)
-            if EPS_CLAMP:
-                denom = tl.maximum(norm, renorm_eps)
-            else:
-                denom = norm + renorm_eps
+            denom = _renorm_denom(norm, renorm_eps, EPS_CLAMP)
             # renorm_eps may be 0: a row whose selected scores are all 0 (all-NaN logits) keeps weights 0.
             w_lane = tl.where(denom[:, None] > 0, _div_nonneg(w_lane, denom.to(tl.float32)[:, None]), 0.0)
         if HAS_EXPERT_SCALE:
@@ -1899,10 +1904,7 @@ def _route_kernel(
                 m = tl.where((m > 0.0) & (m < float("inf")), m, 1.0)
                 norm = m * _pow(tl.sum(_pow(_div_nonneg(w, m), renorm_p, ACCURATE), axis=RAXIS, keep_dims=True),
                                 inv_renorm_p, ACCURATE)
-            if EPS_CLAMP:
-                denom = tl.maximum(norm, renorm_eps)
-            else:
-                denom = norm + renorm_eps
+            denom = _renorm_denom(norm, renorm_eps, EPS_CLAMP)
             if THREAD_ROWS and LOGIT_KEYS:
                 # One division a row, not K: the norm is >= 1 (the first winner's exp(0)) unless every winner
                 # is dead and w is 0, so the reciprocal is finite and w * (1 / denom) is within an ulp of the

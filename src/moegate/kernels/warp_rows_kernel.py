@@ -49,6 +49,7 @@ from moegate.kernels.router_kernel import (
     _key_of32,
     _nan_unless_finite,
     _order_bits,
+    _renorm_denom,
     _score,
     _sigmoid_fast,
     _sqrtsoftplus_fast,
@@ -219,11 +220,7 @@ def _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps
     xw = _gather_logits(row_ptr[None, :], ids, 1, live, 1.0, 1.0, False, False, ACCURATE)
     w = tl.where(live, _score(tl.where(live, xw, 0.0), 0.0, 0.0, SCORING, ACCURATE), 0.0)
     if RENORMALIZE:
-        norm = tl.sum(w, axis=0)  # [R]
-        if EPS_CLAMP:
-            denom = tl.maximum(norm, renorm_eps)
-        else:
-            denom = norm + renorm_eps
+        denom = _renorm_denom(tl.sum(w, axis=0), renorm_eps, EPS_CLAMP)  # [R]
         w = tl.where(denom[None, :] > 0, _div_nonneg(w, denom[None, :]), 0.0)
     if APPLY_RSF:
         w = w * rsf
