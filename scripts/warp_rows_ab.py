@@ -17,15 +17,16 @@ from moegate.bench import SHAPES, _floor_launch, _time
 from moegate.router import route
 
 SRC = os.path.join(os.path.dirname(kr.__file__), "warp_rows_kernel.py")
-BRANCH = "if FORCE_EXACT or tl.max(flag.to(tl.int32), axis=0) > 0:"
 # name -> (old, new) source edits of warp_rows_kernel.py
 VARIANTS = {
     "shipped": [],
-    "no-exact-path": [(BRANCH, "if FORCE_EXACT:")],  # the fast path alone (flagged rows routed as the fast path says)
-    # the programs' flags still reduced across the warps (shared memory, barriers), the exact path not called
-    "any-only": [("        _exact_program(logits_ptr,", "        if False:\n            _exact_program(logits_ptr,")],
-    "exact-inlined": [("@triton.jit(noinline=True)", "@triton.jit")],  # the exact path inlined (its registers)
-    "exact-no-rounds": [("    for i in tl.static_range(K):", "    for i in tl.static_range(0):")],  # (wrong ids)
+    # the first pass alone (close and flagged rows routed as the fast keys say): the floor of this layout
+    "one-pass": [("    if (soft > 0) & (hard == 0):", "    if False:"), ("    if hard > 0:", "    if False:")],
+    # second passes, no _exact_program (rows it would take routed as the passes say)
+    "no-exact-program": [("    if hard > 0:", "    if False:")],
+    # every close row to _exact_program, no second pass (the kernel of runs 153-158)
+    "no-second-pass": [("    if (soft > 0) & (hard == 0):", "    if False:"),
+                       ("    if hard > 0:", "    if (hard + soft) > 0:")],
 }
 
 
@@ -62,7 +63,7 @@ def main(argv=None):
             route(x, config, bias=bias, out=out)
             kr.count_fallbacks_into = None
             torch.cuda.synchronize()
-            line = [f"{name:16s} T={T:6d} redone {stats[0].item()}/{stats[2].item()}"]
+            line = [f"{name:16s} T={T:6d} exact {stats[0].item()} second {stats[1].item()} of {stats[2].item()}"]
             for label, override in (("router", False), ("floor", None)):
                 kr.warp_rows_override = override
                 fn = (lambda: _floor_launch(x, *out, config.top_k, pdl=False)) if label == "floor" else (

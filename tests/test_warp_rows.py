@@ -286,3 +286,14 @@ def test_near_tied_groups_take_the_exact_path(forced, monkeypatch):
     torch.testing.assert_close(fast.ids, exact.ids, rtol=0, atol=0)
     torch.testing.assert_close(fast.weights, exact.weights, rtol=0, atol=0)
 
+
+def test_close_rows_take_the_second_pass(forced):
+    """Keys a few ulps apart (inside the fast keys' error, outside the exact keys' ties): the program's second pass,
+    on exact keys, routes them like the reference without _exact_program (counted apart: stats[1], not stats[0])."""
+    config = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True)
+    logits = _logits(4, 256, seed=11)
+    logits[1, :] = 0.25  # the keys are sigmoid(0.25) + bias: four ulps apart (bias steps of 5e-7)
+    bias = (0.1 + 5e-7 * torch.randperm(256, generator=torch.Generator().manual_seed(11))).to(DEVICE)
+    run_both(logits, config, bias=bias)
+    _, (redone, second, programs) = _counted(logits, config, bias=bias)
+    assert (redone, second, programs) == (0, 1, 2)
