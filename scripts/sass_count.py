@@ -37,27 +37,32 @@ class _Capture:
         return launch
 
 
-def compile_launch(logits, config, layout, bias=None, use_pdl=False, **route_kwargs):
+def compile_launch(logits, config, layout, bias=None, use_pdl=False, warp_rows=False, **route_kwargs):
     """The compiled kernel (sm_90) of the launch of the router kernel that route() would make for these inputs (where
-    the launcher would take the rows-on-warps kernel instead, the router kernel's launch: warp_rows_override off;
-    scripts/chunk_rows_probe.py --model and docs/kernel.md count that one)."""
-    kernel, capture, warp_rows = rk._route_kernel, _Capture(), kr.warp_rows_override
+    the launcher would take the rows-on-warps kernel instead, the router kernel's launch: warp_rows_override off);
+    warp_rows: the rows-on-warps kernel's launch (warp_rows_override on)."""
+    module, attr = (kr.wrk, "_warp_rows_kernel") if warp_rows else (rk, "_route_kernel")
+    kernel, capture, override = getattr(module, attr), _Capture(), kr.warp_rows_override
     interpret = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"  # let route_triton accept CPU tensors; the kernel is not run
-    rk._route_kernel = capture
-    kr.warp_rows_override = False
+    router_kernel = rk._route_kernel
+    rk._route_kernel = _Capture()  # (not a compiled function: the launcher's check of TRITON_INTERPRET passes)
+    setattr(module, attr, capture)
+    kr.warp_rows_override = warp_rows
     try:
         kr._route_triton(logits, config, layout, bias=bias, **route_kwargs)
     finally:
-        rk._route_kernel = kernel
-        kr.warp_rows_override = warp_rows
+        setattr(module, attr, kernel)
+        rk._route_kernel = router_kernel
+        kr.warp_rows_override = override
         if interpret is None:
             os.environ.pop("TRITON_INTERPRET")
         else:
             os.environ["TRITON_INTERPRET"] = interpret
     kwargs = dict(capture.kwargs)
     kwargs["ACCURATE"] = True
-    kwargs["USE_PDL"] = use_pdl
+    if not warp_rows:
+        kwargs["USE_PDL"] = use_pdl
     kwargs.pop("launch_pdl", None)
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
@@ -298,6 +303,8 @@ def main(argv=None) -> int:
     p.add_argument("--gather-latency", type=int, default=40,
                    help="--cycles: cycles of the dependent gathers after the row's first read (L1 hits)")
     p.add_argument("--warps", type=int, help="warps a program (one row a program): the launcher's choice otherwise")
+    p.add_argument("--warp-rows", action="store_true",
+                   help="the rows-on-warps kernel's launch (kernels/warp_rows_kernel.py), forced on")
     p.add_argument("--dump", help="write the SASS of the last shape to this file (and its TTGIR to FILE.ttgir)")
     p.add_argument("--path", action="store_true",
                    help="print the fast path's SASS in issue order, each instruction with its source line")
@@ -321,7 +328,7 @@ def main(argv=None) -> int:
         saved = kr.launch_override, kr.split_rows_override
         kr.launch_override, kr.split_rows_override = (block_m, num_warps), split
         try:
-            compiled = compile_launch(logits, config, layout, bias=bias,
+            compiled = compile_launch(logits, config, layout, bias=bias, warp_rows=a.warp_rows,
                                       use_pdl=kr._pdl_wanted(a.tokens, not split and kr._use_thread_rows(config),
                                                              split, num_warps))
         finally:
@@ -335,7 +342,7 @@ def main(argv=None) -> int:
               f"sass={total} fast_path~{fast_path_estimate(compiled)} "
               f"kparams={n_params}/{param_bytes}B "
               f"params={','.join(hex(line) for line in param_lines(compiled))}")
-        if a.opcodes or a.warps:
+        if a.opcodes or a.warps or a.warp_rows:
             print(f"    barriers {counts['BAR']}, shared loads / stores {counts['LDS']} / {counts['STS']}")
         if a.opcodes:
             print("   ", " ".join(f"{k}:{v}" for k, v in counts.most_common()))

@@ -20,13 +20,11 @@ SRC = os.path.join(os.path.dirname(kr.__file__), "warp_rows_kernel.py")
 # name -> (old, new) source edits of warp_rows_kernel.py
 VARIANTS = {
     "shipped": [],
-    # the first pass alone (close and flagged rows routed as the fast keys say): the floor of this layout
-    "one-pass": [("    if (soft > 0) & (hard == 0):", "    if False:"), ("    if hard > 0:", "    if False:")],
-    # second passes, no _exact_program (rows it would take routed as the passes say)
-    "no-exact-program": [("    if hard > 0:", "    if False:")],
-    # every close row to _exact_program, no second pass (the kernel of runs 153-158)
-    "no-second-pass": [("    if (soft > 0) & (hard == 0):", "    if False:"),
-                       ("    if hard > 0:", "    if (hard + soft) > 0:")],
+    "no-exact-path": [("    if state > 1:", "    if False:")],  # rows for the exact path routed as the fast keys say
+    "no-repair": [("    if not REPAIR:", "    if True:")],  # close rows to the exact path (the kernel of runs 153-159)
+    "extra0": [("C: tl.constexpr = K + 1 + EXTRA", "C: tl.constexpr = K + 1")],  # no candidate past the first loser
+    # the fast path alone (every flagged row routed as the fast keys say): the bound of this kernel
+    "fast-only": [("    if state == 1:", "    if False:"), ("    if state > 1:", "    if False:")],
 }
 
 
@@ -63,7 +61,7 @@ def main(argv=None):
             route(x, config, bias=bias, out=out)
             kr.count_fallbacks_into = None
             torch.cuda.synchronize()
-            line = [f"{name:16s} T={T:6d} exact {stats[0].item()} second {stats[1].item()} of {stats[2].item()}"]
+            line = [f"{name:16s} T={T:6d} exact {stats[0].item()} repaired {stats[1].item()} of {stats[2].item()}"]
             for label, override in (("router", False), ("floor", None)):
                 kr.warp_rows_override = override
                 fn = (lambda: _floor_launch(x, *out, config.top_k, pdl=False)) if label == "floor" else (

@@ -2,6 +2,8 @@
 a row a warp) against the reference. On the CPU it runs under the interpreter (test_kernel.py sets it up), forced
 onto small T with warp_rows_override; on a GPU also at the T where the launcher takes it by itself."""
 
+import dataclasses
+
 import pytest
 import torch
 from test_kernel import (
@@ -96,9 +98,9 @@ def test_half_logits_and_biases(logits_dtype, bias_dtype, forced):
 
 
 def _edge_rows(E, scoring, group_size=0, group_max=False):
-    """Rows the fast path must send to the exact path (which routes them like the reference), one a program at
-    R = 2 beside a plain row: {row: why}. Bias -0.5 (sigmoid) / -0.8 (sqrt-softplus) with logits >= 1 keeps every
-    key >= +0.2."""
+    """Rows the fast path must send to the exact path or to _repair (which route them like the reference), one a
+    program at R = 2 beside a plain row: (logits, {row: why} of the exact path, {row: why} of _repair). Bias -0.5
+    (sigmoid) / -0.8 (sqrt-softplus) with logits >= 1 keeps every key >= +0.2."""
     T = 16
     x = 1.0 + tie_free_logits(T, E, seed=E).abs().cpu() / 4
     why = {}
@@ -114,9 +116,11 @@ def _edge_rows(E, scoring, group_size=0, group_max=False):
     x[8] = -3.0 - x[8]
     why[8] = "every key negative"
     x[10, 5] = x[10, 40] = x[10].max() + 0.5
-    why[10] = "the two best logits equal (a tie: to the lower id)"
+    repaired = {10: "the two best logits equal (a tie: to the lower id)"}
     x[12, :] = 1.5
     why[12] = "every logit equal"
+    if not group_size:  # (with groups, the groups' scores tie first: straight to the exact path)
+        repaired[12] = "every logit equal: _repair tries, its bound fails (more equal keys than candidates)"
     if group_size:
         x[14, group_size:2 * group_size] = -3.0 - x[14, group_size:2 * group_size]
         if group_max:
@@ -124,7 +128,7 @@ def _edge_rows(E, scoring, group_size=0, group_max=False):
         else:
             x[14, group_size + 1] = 2.0
             why[14] = "a group's second key negative"
-    return x.to(DEVICE), why
+    return x.to(DEVICE), why, repaired
 
 
 @pytest.mark.parametrize("config", [
@@ -133,18 +137,20 @@ def _edge_rows(E, scoring, group_size=0, group_max=False):
     RouterConfig(256, 6, scoring="sqrtsoftplus", has_correction_bias=True),
 ], ids=["groups", "group-max", "sigmoid", "sqrtsoftplus"])
 def test_edge_rows_take_the_exact_path(config, forced):
-    """NaN / -inf / +inf logits, all-dead rows, negative keys, exact ties: their programs (and only theirs) redo
-    their rows on the exact path (counted), and every row routes like the reference."""
+    """NaN / -inf / +inf logits, all-dead rows, negative keys, every key equal: their programs (and only theirs) redo
+    their rows on the exact path; two equal best keys: _repair (both counted: a program whose repair fails takes the
+    exact path too); every row routes like the reference."""
     E = config.num_experts
-    logits, why = _edge_rows(E, config.scoring, config.group_size if config.n_group > 1 else 0,
+    logits, why, repaired = _edge_rows(E, config.scoring, config.group_size if config.n_group > 1 else 0,
                              config.group_score == "max")
     bias = torch.full((E,), -0.5 if config.scoring == "sigmoid" else -0.8, device=DEVICE)
     got, _ = run_both(logits, config, bias=bias)
     assert (got.weights[4] == 0).all()
     assert "R" in forced[0] and forced[0]["R"] == 2
-    _, (redone, _repaired, programs) = _counted(logits, config, bias=bias)
+    _, (redone, repairs, programs) = _counted(logits, config, bias=bias)
     assert programs == logits.shape[0] // 2
     assert redone == len({r // 2 for r in why}), (redone, why)
+    assert repairs == len({r // 2 for r in repaired}), (repairs, repaired)
 
 
 def test_a_close_row_is_redone_and_its_neighbours_are_not(forced):
@@ -287,13 +293,30 @@ def test_near_tied_groups_take_the_exact_path(forced, monkeypatch):
     torch.testing.assert_close(fast.weights, exact.weights, rtol=0, atol=0)
 
 
-def test_close_rows_take_the_second_pass(forced):
-    """Keys a few ulps apart (inside the fast keys' error, outside the exact keys' ties): the program's second pass,
-    on exact keys, routes them like the reference without _exact_program (counted apart: stats[1], not stats[0])."""
-    config = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True)
-    logits = _logits(4, 256, seed=11)
-    logits[1, :] = 0.25  # the keys are sigmoid(0.25) + bias: four ulps apart (bias steps of 5e-7)
-    bias = (0.1 + 5e-7 * torch.randperm(256, generator=torch.Generator().manual_seed(11))).to(DEVICE)
-    run_both(logits, config, bias=bias)
-    _, (redone, second, programs) = _counted(logits, config, bias=bias)
-    assert (redone, second, programs) == (0, 1, 2)
+
+@pytest.mark.parametrize("extra", [1, 0])
+@pytest.mark.parametrize("name,bias_dtype", [
+    ("deepseek-v3", torch.float32), ("deepseek-v3", torch.bfloat16), ("group-max", torch.float32),
+    ("sigmoid", torch.float32), ("deepseek-v4", torch.float32), ("512-top22", torch.float32),
+], ids=["groups-kept", "groups-whole-row", "group-max", "sigmoid", "sqrtsoftplus", "512-top22"])
+def test_close_winners_are_repaired(name, bias_dtype, extra, forced, monkeypatch):
+    """Two winners' keys equal (row 1: the first two; row 3: the K-th and the first loser), the rest tie-free: the
+    fast keys cannot order them; _repair reorders its K + 1 + EXTRA candidates on exact keys (counted) and no program
+    takes the exact path, except at the boundary with EXTRA = 0 (the bound on the other lanes then needs the loser's
+    fast key below the K-th exact one). A constant bias keeps the keys in the logits' order."""
+    monkeypatch.setattr(kr, "WARP_ROWS_EXTRA", extra)
+    config = CONFIGS[name]
+    E, K = config.num_experts, config.top_k
+    logits = tie_free_logits(8, E, seed=21)
+    bias = torch.zeros(E, dtype=bias_dtype, device=DEVICE)
+    one_more = route(logits, dataclasses.replace(config, top_k=K + 1), bias=bias, backend="reference").ids.long()
+    logits[1, one_more[1, 1]] = logits[1, one_more[1, 0]]
+    logits[3, one_more[3, K]] = logits[3, one_more[3, K - 1]]
+    forced.clear()
+    got, _ = run_both(logits, config, bias=bias)
+    assert forced[0]["KEPT"] is (config.n_group > 1 and bias_dtype == torch.float32
+                                 and config.topk_group * config.group_size == 128)
+    tie = one_more[3, K - 1:K + 1].tolist()
+    assert set(got.ids[3].tolist()) == set(one_more[3, :K - 1].tolist()) | {min(tie)}  # the tie to the lower id
+    _, (redone, repairs, programs) = _counted(logits, config, bias=bias)
+    assert (redone, repairs, programs) == ((0, 2, 4) if extra else (1, 2, 4))

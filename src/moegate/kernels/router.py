@@ -339,6 +339,8 @@ WARP_ROWS_MIN_TOKENS = 32768
 WARP_ROWS_LANES = (256,)
 WARP_ROWS_ROWS = 2
 WARP_ROWS_MAX_REGISTERS = 32
+WARP_ROWS_REPAIR = True
+WARP_ROWS_EXTRA = 1
 warp_rows_override: bool | None = None
 
 
@@ -805,8 +807,8 @@ def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float
         K=spec.K, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
         GROUP_MAX=bool(spec.GROUP_MAX), SCORING=spec.SCORING, RENORMALIZE=bool(spec.RENORMALIZE),
         EPS_CLAMP=bool(spec.EPS_CLAMP), APPLY_RSF=bool(spec.APPLY_RSF), R=rows, NC=chunks, LT=chunk, KEPT=kept,
-        FORCE_EXACT=force_exact_override, COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(),
-        num_warps=rows, **extra,
+        REPAIR=WARP_ROWS_REPAIR, EXTRA=min(WARP_ROWS_EXTRA, 31 - spec.K), FORCE_EXACT=force_exact_override,
+        COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(), num_warps=rows, **extra,
     )
 
 

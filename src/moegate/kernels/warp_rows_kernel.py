@@ -79,7 +79,7 @@ def _warp_rows_kernel(
     logits_ptr, weights_ptr, ids_ptr, bias_ptr,
     logits_row_stride, num_tokens, renorm_eps, rsf,
     bias_offset,  # KEPT: (bias_ptr - logits_ptr) in elements of the logits (the same dtype), a multiple of 4
-    stats_ptr,  # COUNT_FALLBACKS: int32 [3]: programs sent to _exact_program, programs that ran a second pass, programs
+    stats_ptr,  # COUNT_FALLBACKS: int32 [3]: programs on the exact path, programs that ran _repair, programs
     K: tl.constexpr,
     N_GROUP: tl.constexpr,
     GROUP_SIZE: tl.constexpr,  # W // N_GROUP (W when N_GROUP == 1)
@@ -93,50 +93,17 @@ def _warp_rows_kernel(
     NC: tl.constexpr,  # chunks of LT lanes a row
     LT: tl.constexpr,  # 32 * VEC lanes a chunk
     KEPT: tl.constexpr,  # rounds on the kept groups' lanes (TOPK_GROUP * GROUP_SIZE == 128)
+    REPAIR: tl.constexpr,  # close rows to _repair (else to the exact path)
+    EXTRA: tl.constexpr,  # _repair's candidates past the first loser
     FORCE_EXACT: tl.constexpr,  # every program takes the exact path (tests)
     COUNT_FALLBACKS: tl.constexpr,
     ACCURATE: tl.constexpr,
 ):
-    if COUNT_FALLBACKS:
-        tl.atomic_add(stats_ptr + 2, 1)
-    # exact as a value computed at run time (0, then 1), so that both calls take one instance of _pass (a constant
-    # argument gets its own).
-    pid = tl.program_id(0)
-    soft, hard = _pass(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf,
-                       bias_offset, (pid < 0).to(tl.int32), K, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING,
-                       RENORMALIZE, EPS_CLAMP, APPLY_RSF, R, NC, LT, KEPT, ACCURATE)
-    if (soft > 0) & (hard == 0):
-        if COUNT_FALLBACKS:
-            tl.atomic_add(stats_ptr + 1, 1)
-        soft, hard = _pass(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf,
-                           bias_offset, (pid >= 0).to(tl.int32), K, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX,
-                           SCORING, RENORMALIZE, EPS_CLAMP, APPLY_RSF, R, NC, LT, KEPT, ACCURATE)
-    if FORCE_EXACT:
-        hard = hard + 1
-    if hard > 0:
-        if COUNT_FALLBACKS:
-            tl.atomic_add(stats_ptr, 1)
-        _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf, K,
-                       N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, RENORMALIZE, EPS_CLAMP, APPLY_RSF, R, NC,
-                       LT, ACCURATE)
-
-
-@triton.jit(noinline=True)
-def _pass(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf, bias_offset,
-          exact, K: tl.constexpr, N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr,
-          GROUP_MAX: tl.constexpr, SCORING: tl.constexpr, RENORMALIZE: tl.constexpr, EPS_CLAMP: tl.constexpr,
-          APPLY_RSF: tl.constexpr, R: tl.constexpr, NC: tl.constexpr, LT: tl.constexpr, KEPT: tl.constexpr,
-          ACCURATE: tl.constexpr):
-    """One pass over the program's R rows, stored: the fast keys (exact 0), or the exact keys (exact 1, where the
-    first pass flagged a row as close). Returns (whether a row is close, whether a row needs _exact_program). Not
-    inlined, so that both passes run the same instructions: a program's first second pass finds them in the SM's
-    instruction caches, where a path of its own (~1200 instructions) cost each program that took it ~7 us on cold
-    caches, and a launch waits for its last program (H100: DeepSeek-V3 fp32 T = 65536 41.6 against 33.4 us
-    without it, 0.3% of programs redone)."""
     W: tl.constexpr = NC * LT
     LANE_BITS: tl.constexpr = W.bit_length() - 1  # the words' low bits: the inverted (compact) lane
     tl.static_assert(W == 1 << LANE_BITS and LT % 32 == 0 and K < 32 and (SCORING == 1 or SCORING == 2))
-    rows = tl.program_id(0) * R + tl.arange(0, R)
+    pid = tl.program_id(0)
+    rows = pid * R + tl.arange(0, R)
     row_ok = rows < num_tokens
     # The last program's rows past T read row T - 1 again (no masks on the loads); nothing of theirs is stored.
     rows64 = tl.minimum(rows, num_tokens - 1).to(tl.int64)
@@ -144,14 +111,10 @@ def _pass(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tok
     lane3 = tl.arange(0, NC)[None, :, None] * LT + tl.arange(0, LT)[None, None, :] + (rows * 0)[:, None, None]
     x = tl.load(row_ptr[:, None, None] + lane3).to(tl.float32)  # [R, NC, LT]
     b = tl.load(bias_ptr + lane3).to(tl.float32)
-    if exact > 0:  # no dead lane here: such rows went to _exact_program from the first pass
-        key = _score(x, 0.0, 0.0, SCORING, ACCURATE) + b
-    else:
-        key = _fast_keys(x, b, SCORING, ACCURATE)
+    key = _fast_keys(x, b, SCORING, ACCURATE)
     bias_mag = _row_max(tl.abs(b))  # bounds a sqrt-softplus score by its key (_key_err)
     hi = key.to(tl.int32, bitcast=True)  # raw bits: order keys >= +0.0 as the order bits do
-    hard = rows < 0  # [R] False: rows only _exact_program routes
-    soft = rows < 0  # rows the fast keys may misorder: the second pass, on exact keys
+    flag = rows < 0  # [R] False
     if N_GROUP > 1:
         GS: tl.constexpr = GROUP_SIZE
         hig = tl.reshape(hi, [R, N_GROUP, GS])
@@ -165,7 +128,7 @@ def _pass(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tok
             low = t2
             gscore = t1.to(tl.float32, bitcast=True) + t2.to(tl.float32, bitcast=True)
             n_keys: tl.constexpr = 2
-        hard = hard | (tl.min(low, axis=1) < 0)  # a group key below +0.0: raw bits may misorder it
+        flag = flag | (tl.min(low, axis=1) < 0)  # a group key below +0.0: raw bits may misorder it
         g = tl.arange(0, N_GROUP)[None, :] + (rows * 0)[:, None]  # [R, G]
         gword = (gscore.to(tl.int32, bitcast=True) & (-N_GROUP)) | ((N_GROUP - 1) - g)
         above = tl.sum((gword[:, None, :] > gword[:, :, None]).to(tl.int32), axis=2)  # groups ranked above each
@@ -175,12 +138,8 @@ def _pass(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tok
         # Each group score is within n_keys keys' errors of its exact value (a key's error grows with its magnitude,
         # bounded at the kept score's): a dropped group this close may be a kept one. The 32-bit words' dropped low
         # bits order scores within 2**log2(G) ulps, far inside that margin.
-        err = n_keys * _key_err(tl.abs(kept_min), SCORING, bias_mag) * (1 - exact)
-        soft = soft | (kept_min - dropped_max <= 2.0 * err)
-        # On exact keys the words' dropped low bits still order scores within 2**log2(G) ulps apart (and equal ones)
-        # by group: such rows to _exact_program.
-        near = (kept_min.to(tl.int32, bitcast=True) - dropped_max.to(tl.int32, bitcast=True)) <= 2 * N_GROUP
-        hard = hard | (kept_min != kept_min) | (near & (exact > 0))
+        err = n_keys * _key_err(tl.abs(kept_min), SCORING, bias_mag)
+        flag = flag | (kept_min - dropped_max <= 2.0 * err) | (kept_min != kept_min)
         if KEPT:
             KW: tl.constexpr = TOPK_GROUP * GS
             tl.static_assert(KW == 128 and GS % 4 == 0 and N_GROUP <= 16 and TOPK_GROUP <= 8)
@@ -198,11 +157,7 @@ def _pass(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tok
             # views' layout and converted them (a barrier and ~80 instructions a row).
             boff = tl.multiple_of(bias_offset - rows64 * logits_row_stride, 4)
             bk = tl.load(pk + boff[:, None, None]).to(tl.float32)
-            if exact > 0:
-                kk = _score(xk, 0.0, 0.0, SCORING, ACCURATE) + bk
-            else:
-                kk = _fast_keys(xk, bk, SCORING, ACCURATE)
-            hi = kk.to(tl.int32, bitcast=True)
+            hi = _fast_keys(xk, bk, SCORING, ACCURATE).to(tl.int32, bitcast=True)
             inv = (KW - 1) - c
         else:
             hi = tl.reshape(tl.where(kept[:, :, None], hig, INT32_MIN), [R, NC, LT])
@@ -210,33 +165,34 @@ def _pass(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tok
     else:
         inv = (W - 1) - lane3
     best = _row_max(hi)  # [R]
-    hard = hard | (best > INF_BITS)  # a NaN key: a NaN or +-inf logit
+    flag = flag | (best > INF_BITS)  # a NaN key: a NaN or +-inf logit
     DSPAN: tl.constexpr = (1 << (31 - LANE_BITS)) - 1
     base = tl.maximum(best.to(tl.int64) - DSPAN, INT32_MIN).to(tl.int32)
-    hard = hard | (base < 0)  # below a negative base, negative keys' raw bits would not clamp to distance 0
+    flag = flag | (base < 0)  # below a negative base, negative keys' raw bits would not clamp to distance 0
     word = ((tl.maximum(hi, base[:, None, None]) - base[:, None, None]) << LANE_BITS) | inv
     top = _row_max(word)
-    kc = tl.arange(0, 32)[:, None] + (rows * 0)[None, :]  # [32, R]: a winner a thread
+    kc = tl.arange(0, 32)[:, None] + (rows * 0)[None, :]  # [32, R]: a word a thread
     wk = tl.where(kc == 0, top[None, :], 0)
     cur = top
     widest = tl.full(top.shape, INT32_MIN, tl.int32)  # the largest step: minus the closest two adjacent words
-    for i in tl.static_range(1, K + 1):
+    C: tl.constexpr = K + 1 + EXTRA  # words found: the K winners, the first loser, EXTRA more (_repair's candidates)
+    tl.static_assert(C <= 32)
+    for i in tl.static_range(1, C):
         step = _row_max((word - cur[:, None, None]).to(tl.uint32, bitcast=True)).to(tl.int32, bitcast=True)
         cur = cur + step  # the next word down (the unsigned max of word - cur: the smallest distance below)
-        widest = tl.maximum(widest, step)
-        if i < K:
-            wk = tl.where(kc == i, cur[None, :], wk)
+        wk = tl.where(kc == i, cur[None, :], wk)
+        if i <= K:
+            widest = tl.maximum(widest, step)
+        if i == K:
+            loser = cur
     # Two keys gap order bits apart (both >= +0.0) differ by at least gap ulps of the lower one, and the first
     # loser is the lowest; a key's error is largest at the best key.
     gap = ((-widest) >> LANE_BITS).to(tl.float32)
-    n_bits = base + (cur >> LANE_BITS)
+    n_bits = base + (loser >> LANE_BITS)
     ulp = (n_bits & 0x7F800000).to(tl.float32, bitcast=True) * 1.1920928955078125e-07
-    err = _key_err(tl.abs(best.to(tl.float32, bitcast=True)), SCORING, bias_mag) * (1 - exact)
-    # On exact keys (err 0) only equal key bits are left (gap 0): in a row of KEPT lanes they would go by the
-    # groups' rank, not by id, and the K-th winner may sit on the distance clamp: _exact_program.
-    close = (n_bits < 0x00800000) | (gap * ulp <= 2.0 * err)
-    soft = soft | close
-    hard = hard | (close & (exact > 0))
+    err = _key_err(tl.abs(best.to(tl.float32, bitcast=True)), SCORING, bias_mag)
+    flag = flag | (n_bits < 0x00800000)
+    close = gap * ulp <= 2.0 * err  # [R]: rows _repair reorders on exact keys
     cw = (1 << LANE_BITS) - 1 - (wk & ((1 << LANE_BITS) - 1))  # [32, R]
     if KEPT:
         GSB: tl.constexpr = GROUP_SIZE.bit_length() - 1
@@ -244,11 +200,69 @@ def _pass(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tok
         ids = ((slots[None, :] >> ((cw >> GSB) << 2)) & 15) * GROUP_SIZE + (cw & (GROUP_SIZE - 1))
     else:
         ids = cw
+    if COUNT_FALLBACKS:
+        tl.atomic_add(stats_ptr + 2, 1)
+    # The epilogue first, then the flags: deciding on a repair or the exact path takes the R rows' flags across the
+    # warps (shared memory and barriers). Where a warp would wait there for the other before its epilogue, the launch
+    # took ~15% longer (H100: DeepSeek-V3 fp32 T = 65536 39.3 against 33.4 us without the exact path); after the
+    # stores a warp has nothing left to do, and the program holds its slot until its last warp ends either way. The
+    # barrier also orders the two writes of an output.
     _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
               EPS_CLAMP, APPLY_RSF, ACCURATE)
-    # After the stores: the flags' reduction across the warps (shared memory, barriers) costs a warp nothing there
-    # (before the epilogue the launch took ~15% longer), and its barrier orders these stores before a later pass's.
-    return tl.max(soft.to(tl.int32), axis=0), tl.max(hard.to(tl.int32), axis=0)
+    # One reduction across the warps: 2 or more, a row for the exact path; 1, close rows only (_repair).
+    state = tl.max(flag.to(tl.int32) * 2 + close.to(tl.int32), axis=0)
+    if FORCE_EXACT:
+        state = state + 2
+    if not REPAIR:
+        state = state * 2
+    if state == 1:
+        if COUNT_FALLBACKS:
+            tl.atomic_add(stats_ptr + 1, 1)
+        # The bound on the other lanes' exact keys: the C-th word's fast key (raw bits, >= +0.0) plus its error.
+        # With dropped groups' lanes in the words (at distance 0, as the clamped lanes) that word must lie above them.
+        bound = (base + (cur >> LANE_BITS)).to(tl.float32, bitcast=True)
+        bound = bound + _key_err(bound, SCORING, bias_mag)
+        if N_GROUP > 1 and not KEPT:
+            bound = tl.where((cur >> LANE_BITS) > 0, bound, float("inf"))
+        r_ids, r_ok = _repair(ids, kc, bound, row_ptr, bias_ptr, K, C, SCORING, ACCURATE)
+        if tl.min(r_ok.to(tl.int32), axis=0) > 0:
+            _epilogue(r_ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING,
+                      RENORMALIZE, EPS_CLAMP, APPLY_RSF, ACCURATE)
+        else:
+            state = 2
+    if state > 1:
+        if COUNT_FALLBACKS:
+            tl.atomic_add(stats_ptr, 1)
+        _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf, K,
+                       N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, RENORMALIZE, EPS_CLAMP, APPLY_RSF, R, NC,
+                       LT, ACCURATE)
+
+
+@triton.jit
+def _repair(ids, kc, bound, row_ptr, bias_ptr, K: tl.constexpr, C: tl.constexpr, SCORING: tl.constexpr,
+            ACCURATE: tl.constexpr):
+    """Rows whose fast-key winners are closer than the keys' error, reordered on exact keys instead of the exact
+    path: the lanes of the C best fast words (ids: one a thread of [32, R]) read back from the logits and the bias,
+    scored exactly, ranked by counting (the higher key, then the lower id: the reference's order). Every other lane's
+    exact key is at most bound ([R]: the C-th word's fast key plus _key_err): where the K-th exact key among the
+    candidates beats it, the candidates' exact top K is the row's. Returns ([32, R] ids of the K winners, [R] whether
+    the bound held). The program's rows have no NaN or infinite logit here (those take the exact path)."""
+    cand = kc < C
+    x = tl.load(row_ptr[None, :] + ids, mask=cand, other=0.0).to(tl.float32)
+    b = tl.load(bias_ptr + ids, mask=cand, other=0.0).to(tl.float32)
+    key = _score(x, 0.0, 0.0, SCORING, ACCURATE) + b
+    hi = _order_bits(key)
+    rank = tl.zeros(kc.shape, tl.int32)
+    for j in tl.static_range(C):  # candidate j against each: above it by key, or by id on equal keys
+        hj = tl.gather(hi, kc * 0 + j, 0)
+        ij = tl.gather(ids, kc * 0 + j, 0)
+        rank += ((hj > hi) | ((hj == hi) & (ij < ids))).to(tl.int32)
+    rank = tl.where(cand, rank, 32)
+    r_ids = tl.zeros(kc.shape, tl.int32)
+    for j in tl.static_range(C):  # output column r takes the candidate of rank r
+        r_ids = tl.where(tl.gather(rank, kc * 0 + j, 0) == kc, tl.gather(ids, kc * 0 + j, 0), r_ids)
+    kth = tl.max(tl.where(rank == K - 1, key, float("-inf")), axis=0)  # [R]
+    return r_ids, kth > bound
 
 
 @triton.jit
@@ -313,7 +327,7 @@ def _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride
     avail = lane3 >= 0
     kc = tl.arange(0, 32)[:, None] + (rows * 0)[None, :]  # [32, R]
     ids = tl.zeros(kc.shape, tl.int32)
-    for i in range(K):  # a loop, not unrolled: the path's code is the cost (see _exact_program)
+    for i in range(K):  # a loop, not unrolled (H100 run 159: the unrolled rounds' code cost the launch's tail)
         best = _row_max(tl.where(avail, hi, INT32_MIN))
         low = _row_max(tl.where(avail & (hi == best[:, None, None]), inv, -1))  # its inverted lane
         ids = tl.where(kc == i, ((W - 1) - low)[None, :], ids)
