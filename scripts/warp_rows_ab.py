@@ -1,7 +1,7 @@
 """Diagnostics for the rows-on-warps kernel: the kernel as shipped against copies of it with parts removed, timed
 side by side on the benchmark's inputs (BENCHMARKS.md). GPU only.
 
-    PYTHONPATH=src python scripts/warp_rows_ab.py [--tokens 1024,4096,65536]
+    PYTHONPATH=src python scripts/warp_rows_ab.py [--tokens 1024,4096,65536] [--seeds 3]
 """
 
 import argparse
@@ -21,10 +21,12 @@ SRC = os.path.join(os.path.dirname(kr.__file__), "warp_rows_kernel.py")
 VARIANTS = {
     "shipped": [],
     "no-exact-path": [("    if state > 1:", "    if False:")],  # rows for the exact path routed as the fast keys say
-    "no-repair": [("    if not REPAIR:", "    if True:")],  # close rows to the exact path (the kernel of runs 153-159)
+    "no-repair": [("    if not REPAIR:", "    if True:")],  # close rows to the exact path
     "extra0": [("C: tl.constexpr = K + 1 + EXTRA", "C: tl.constexpr = K + 1")],  # no candidate past the first loser
     # the fast path alone (every flagged row routed as the fast keys say): the bound of this kernel
     "fast-only": [("    if state == 1:", "    if False:"), ("    if state > 1:", "    if False:")],
+    # no repair, no candidate past the first loser: the kernel of runs 153-159
+    "run-156": [("    if not REPAIR:", "    if True:"), ("C: tl.constexpr = K + 1 + EXTRA", "C: tl.constexpr = K + 1")],
 }
 
 
@@ -41,43 +43,56 @@ def _module(name, edits):
     return mod
 
 
+def _inputs(config, dtype, T, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(T, config.num_experts, generator=g, device="cuda").to(dtype)
+    return x, torch.randn(config.num_experts, generator=g, device="cuda") * 0.1
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default="deepseek-v3-fp32,deepseek-v4")
     p.add_argument("--tokens", default="1024,4096,65536")
     p.add_argument("--rep", type=float, default=20.0)
+    p.add_argument("--seeds", type=int, default=1,
+                   help="inputs a T (seeds T, T + 1, ...): each column the mean of their medians (where a program "
+                        "falls back varies with the inputs, and so does its cost)")
+    p.add_argument("--no-forced-exact", action="store_true", help="skip the forced-exact column")
     a = p.parse_args(argv)
     mods = {name: _module(name, edits) for name, edits in VARIANTS.items()}
     for name in a.shapes.split(","):
         config, dtype = SHAPES[name]
         for T in [int(t) for t in a.tokens.split(",")]:
-            g = torch.Generator(device="cuda").manual_seed(T)
-            x = torch.randn(T, config.num_experts, generator=g, device="cuda").to(dtype)
-            bias = torch.randn(config.num_experts, generator=g, device="cuda") * 0.1
-            out = (torch.empty(T, config.top_k, device="cuda"),
-                   torch.empty(T, config.top_k, dtype=torch.int32, device="cuda"))
-            stats = torch.zeros(3, dtype=torch.int32, device="cuda")
-            kr.warp_rows_override, kr.count_fallbacks_into = True, stats
-            route(x, config, bias=bias, out=out)
-            kr.count_fallbacks_into = None
-            torch.cuda.synchronize()
-            line = [f"{name:16s} T={T:6d} exact {stats[0].item()} repaired {stats[1].item()} of {stats[2].item()}"]
-            for label, override in (("router", False), ("floor", None)):
-                kr.warp_rows_override = override
-                fn = (lambda: _floor_launch(x, *out, config.top_k, pdl=False)) if label == "floor" else (
-                    lambda: route(x, config, bias=bias, out=out))
-                line.append(f"{label} {_time(fn, a.rep):6.2f}")
-            kr.warp_rows_override = True
-            for label, mod in mods.items():
-                saved = kr.wrk._warp_rows_kernel
-                kr.wrk._warp_rows_kernel = mod._warp_rows_kernel
-                try:
-                    line.append(f"{label} {_time(lambda: route(x, config, bias=bias, out=out), a.rep):6.2f}")
-                finally:
-                    kr.wrk._warp_rows_kernel = saved
-            kr.force_exact_override = True  # every program on the exact path: its throughput
-            line.append(f"forced-exact {_time(lambda: route(x, config, bias=bias, out=out), a.rep):6.2f}")
-            kr.force_exact_override = False
+            times, counts = {}, [0, 0, 0]
+            for seed in range(T, T + a.seeds):
+                x, bias = _inputs(config, dtype, T, seed)
+                out = (torch.empty(T, config.top_k, device="cuda"),
+                       torch.empty(T, config.top_k, dtype=torch.int32, device="cuda"))
+                stats = torch.zeros(3, dtype=torch.int32, device="cuda")
+                kr.warp_rows_override, kr.count_fallbacks_into = True, stats
+                route(x, config, bias=bias, out=out)
+                kr.count_fallbacks_into = None
+                torch.cuda.synchronize()
+                counts = [c + v for c, v in zip(counts, stats.tolist())]
+                run = lambda: route(x, config, bias=bias, out=out)  # noqa: E731
+                for label, override in (("router", False), ("floor", None)):
+                    kr.warp_rows_override = override
+                    fn = (lambda: _floor_launch(x, *out, config.top_k, pdl=False)) if label == "floor" else run
+                    times.setdefault(label, []).append(_time(fn, a.rep))
+                kr.warp_rows_override = True
+                for label, mod in mods.items():
+                    saved = kr.wrk._warp_rows_kernel
+                    kr.wrk._warp_rows_kernel = mod._warp_rows_kernel
+                    try:
+                        times.setdefault(label, []).append(_time(run, a.rep))
+                    finally:
+                        kr.wrk._warp_rows_kernel = saved
+                if not a.no_forced_exact:
+                    kr.force_exact_override = True  # every program on the exact path: its throughput
+                    times.setdefault("forced-exact", []).append(_time(run, a.rep))
+                    kr.force_exact_override = False
+            line = [f"{name:16s} T={T:6d} exact {counts[0]} repaired {counts[1]} of {counts[2]}"]
+            line += [f"{label} {sum(v) / len(v):6.2f}" for label, v in times.items()]
             print(" | ".join(line), flush=True)
     kr.warp_rows_override = None
 
