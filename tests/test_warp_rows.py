@@ -227,23 +227,28 @@ def test_what_it_cannot_take_goes_to_the_router_kernel(case, forced):
     assert forced and all("R" not in launch for launch in forced), case
 
 
-def test_where_the_launcher_takes_it():
-    """Without an override: from WARP_ROWS_MIN_TOKENS on, rows of WARP_ROWS_LANES lanes (nothing launched here)."""
-    for name, T, want in (("deepseek-v3", kr.WARP_ROWS_MIN_TOKENS - 1, False), ("deepseek-v3", kr.WARP_ROWS_MIN_TOKENS,
-                                                                                True),
-                          ("deepseek-v4", 65536, True), ("512-top22", 65536, False), ("eps-clamp", 65536, False)):
+def test_where_the_launcher_takes_it(monkeypatch):
+    """Without an override: from WARP_ROWS_MIN_TOKENS on, rows of WARP_ROWS_LANES lanes, without groups unless
+    WARP_ROWS_GROUPS (nothing launched here)."""
+    low, cases = kr.WARP_ROWS_MIN_TOKENS, []
+    for name, T, want in (("deepseek-v4", low - 1, False), ("deepseek-v4", low, True), ("sigmoid", 65536, True),
+                          ("deepseek-v3", 65536, False), ("512-top22", 65536, False), ("eps-clamp", 65536, False)):
+        cases.append((name, T, want, False))
+    cases += [("deepseek-v3", low, True, True), ("deepseek-v3", low - 1, False, True)]
+    for name, T, want, groups in cases:
+        monkeypatch.setattr(kr, "WARP_ROWS_GROUPS", groups)
         config = CONFIGS[name]
         E = config.num_experts
         with kr.recorded_launches(run=False) as seen:
             route(torch.zeros(T, E, device=DEVICE), config, bias=_bias(E), backend="triton")
-        assert ("R" in seen[0]) is want, (name, T)
+        assert ("R" in seen[0]) is want, (name, T, groups)
 
 
 @needs_cuda
 def test_cuda_graph_replay_and_compile_match_eager():
     """At T = WARP_ROWS_MIN_TOKENS (the launcher's own choice): a CUDA graph's replay and torch.compile(fullgraph)
     equal eager."""
-    config = CONFIGS["deepseek-v3"]
+    config = CONFIGS["deepseek-v4"]
     T = kr.WARP_ROWS_MIN_TOKENS
     logits, bias = _logits(T, 256, seed=9), _bias(256, seed=9)
     with kr.recorded_launches(run=False) as seen:
@@ -266,9 +271,12 @@ def test_cuda_graph_replay_and_compile_match_eager():
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="T = 65536 takes minutes under the interpreter")
-@pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-v4", "512-top22"])
-def test_large_launches_route_like_the_reference(name):
-    """The benchmark's sizes, as the launcher picks the path: T = 32768 and 65536 (the last program full), 65535."""
+@pytest.mark.parametrize("name,groups", [("deepseek-v3", False), ("deepseek-v3", True), ("deepseek-v4", False),
+                                         ("512-top22", False)])
+def test_large_launches_route_like_the_reference(name, groups, monkeypatch):
+    """The benchmark's sizes, as the launcher picks the path (groups: WARP_ROWS_GROUPS on, so DeepSeek-V3 takes the
+    rows-on-warps kernel too): T = 32768 and 65536 (the last program full), 65535."""
+    monkeypatch.setattr(kr, "WARP_ROWS_GROUPS", groups)
     config = CONFIGS[name]
     E = config.num_experts
     for T in (32768, 65535, 65536):

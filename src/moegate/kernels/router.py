@@ -322,20 +322,24 @@ trunc_logit_words_override: bool | None = None
 SHIFT_WORDS_MIN_K = 17
 shift_words_override: bool | None = None
 
-# Rows on warps, a row a warp (kernels/warp_rows_kernel.py): large launches of sigmoid / sqrt-softplus rows with a
-# bias, E a power of 2 and a multiple of a chunk (128 fp32 / 256 bf16 / fp16 lanes), none of the layout's or the
-# config's extras (scale, softcap, placement, shared slots, padding, capture, packed words, expert scales, p-norms,
-# zero-filled groups). H100, BENCHMARKS.md runs 153-158, the same launches with it and without: from T = 32768 it
-# is faster or level (DeepSeek-V3 fp32 T=65536 41.0 against 43.0 us, T=32768 22.9 / 23.8; bf16 41.0 / 43.0, 22.3 /
-# 23.4; DeepSeek-V4 40.6 / 42.7, 23.1 / 22.9), below it slower (T=4096 6.7 / 5.3: a program on its exact path costs
-# ~7 us of latency, and a launch waits for its last program; its fast path alone takes 33.4 us at T=65536).
-# WARP_ROWS_LANES: the row widths it takes by default (512 top-22, run 153: 100.8 against 78.6 us at T = 65536; its
-# rounds run over 16 lanes a thread, the router kernel's on cached words). WARP_ROWS_ROWS rows (= warps) a program;
-# WARP_ROWS_MAX_REGISTERS caps ptxas: the fast path needs 32 (64 warps an SM), the exact path (a function not
-# inlined) spills at 32 (sm_90 SASS, counted offline). warp_rows_override forces the path on (at any T >= 1 and
-# width the config allows) or off (tests, --ab-variants).
+# Rows on warps, a row a warp (kernels/warp_rows_kernel.py): sigmoid / sqrt-softplus rows with a bias, E a power of
+# 2 and a multiple of a chunk (128 fp32 / 256 bf16 / fp16 lanes), none of the layout's or the config's extras (scale,
+# softcap, placement, shared slots, padding, capture, packed words, expert scales, p-norms, zero-filled groups).
+# H100, BENCHMARKS.md run 162 (the same launches with it and without, the mean over three inputs a T): without
+# groups it is faster from T = 2048 (DeepSeek-V4 T=2048 3.32 against 3.93 us, 4096 4.49 / 5.26, 16384 11.16 / 12.07,
+# 65536 39.71 / 42.59; T=1024, run 161: 2.99 / 2.19); with groups (WARP_ROWS_GROUPS) level or slower at every T
+# (DeepSeek-V3 fp32 65536 43.52 / 42.79, 16384 13.25 / 12.25; bf16 42.67 / 42.52): its fast path alone is faster
+# (34.6 us at 65536) but a program whose groups' scores are within the keys' error takes the exact path (~14 a
+# launch at 65536), ~8 us of latency a launch waits for. WARP_ROWS_LANES: the row widths it takes by default (512
+# top-22, run 161: 104.7 against 79.8 us at T = 65536; its rounds run over 16 lanes a thread, the router kernel's on
+# cached words). WARP_ROWS_ROWS rows (= warps) a program; WARP_ROWS_MAX_REGISTERS caps ptxas: the fast path needs 32
+# (64 warps an SM), the exact path (a function not inlined) spills at 32 (sm_90 SASS, counted offline).
+# WARP_ROWS_REPAIR: close rows reordered on the exact keys of their K + 1 + WARP_ROWS_EXTRA best words (_repair)
+# rather than redone on the exact path (run 162: DeepSeek-V4 65536 39.71 against 41.35 us, 4096 4.49 / 5.76).
+# warp_rows_override forces the path on (at any T >= 1 and width the config allows) or off (tests, --ab-variants).
 WARP_ROWS = True
-WARP_ROWS_MIN_TOKENS = 32768
+WARP_ROWS_MIN_TOKENS = 2048
+WARP_ROWS_GROUPS = False
 WARP_ROWS_LANES = (256,)
 WARP_ROWS_ROWS = 2
 WARP_ROWS_MAX_REGISTERS = 32
@@ -769,8 +773,8 @@ def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, pack
     (see WARP_ROWS), else None."""
     T = logits.shape[0]
     lanes = spec.N_GROUP * spec.GROUP_SIZE
-    on = (WARP_ROWS and T >= WARP_ROWS_MIN_TOKENS and lanes in WARP_ROWS_LANES if warp_rows_override is None
-          else warp_rows_override)
+    on = (WARP_ROWS and T >= WARP_ROWS_MIN_TOKENS and lanes in WARP_ROWS_LANES
+          and (spec.N_GROUP == 1 or WARP_ROWS_GROUPS) if warp_rows_override is None else warp_rows_override)
     if not on or T < 1 or bias is None or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return None
     if (spec.SCORING not in (1, 2) or spec.SELECT_LOGITS or spec.HASH or spec.HAS_SOFTCAP or logit_scale != 1.0

@@ -18,19 +18,21 @@ One row, on the fast path (docs/kernel.md, "Rows on warps, a row a warp"):
    above each on 32-bit words (score bits, inverted group); KEPT: the kept groups' logits read again into a
    [R, 1, 128] tile (slot s holding the group ranked s) and their keys computed again, so the rounds run on 128
    lanes; otherwise the dropped groups' lanes go to INT32_MIN;
-3. distance words below the row's best key, (distance << 8) | inverted lane, and K + 1 rounds of one unsigned max
-   (the router's rounds);
+3. distance words below the row's best key, (distance << 8) | inverted lane, and K + 1 + EXTRA rounds of one
+   unsigned max (the router's rounds): the K winners, the first loser and EXTRA more words (_repair's candidates);
 4. checks that send the row to the exact path: a NaN key; a group's second (or, for GROUP_MAX, top) key below +0.0
    or the words' base below 0 (raw bits order only keys >= +0.0); a dropped group's score within four keys' errors
-   of a kept one; two adjacent words of the K winners and the first loser closer than two keys' errors (their gap
-   in order bits, the largest round step, times an ulp of the lower key), which also catches the K-th winner on the
-   distance clamp.
+   of a kept one; a first loser below the normal floats. And close rows: two adjacent words of the K winners and the
+   first loser closer than two keys' errors (their gap in order bits, the largest round step, times an ulp of the
+   lower key), which also catches the K-th winner on the distance clamp.
 Every program then stores its rows (the epilogue: the winners' logits gathered again, scored exactly, renormalised,
-p = 1, eps added or clamped, scaled by rsf). A program with a flagged row (or FORCE_EXACT) then redoes its R rows on
-the exact path and stores them again: exact keys (libdevice, IEEE division and square root: the reference's bits),
+p = 1, eps added or clamped, scaled by rsf), and reduces its rows' flags across its warps once. A program with close
+rows and no flag (REPAIR) reorders the K + 1 + EXTRA candidates on their exact keys (_repair) and stores again where
+the bound on the other lanes holds; a program with a flagged row, a failed repair (or FORCE_EXACT) redoes its R rows
+on the exact path and stores them again: exact keys (libdevice, IEEE division and square root: the reference's bits),
 dead lanes (NaN, -inf) at -inf, groups ranked by counting (ties to the lower group), K rounds of two maxes (the best
 key bits, then its lowest lane), on the same tiles and layout, in a function not inlined (its registers, spilled, do
-not set the fast path's).
+not set the fast path's). The fallbacks cost a launch their latency, not their throughput (docs/kernel.md).
 
 What it does not do (the launcher sends such calls to the router kernel): logit scale or softcap, logits
 selection, no bias, softmax, hash routing, placement, shared slots, padding, capture, packed words, expert scales,
