@@ -8,6 +8,7 @@ bias, E a power of 2 and a multiple of a chunk, no extras: kernels/warp_rows_ker
 {128, 256, 512}, the scoring, groups (top2_sum or max, any topk_group), K up to 31, renormalisation (eps added or
 clamped), the scale in the weights or on the output, fp32 / bf16 / fp16 logits (a third of them rounded to quarters:
 ties), biases of either sign and dtype, and NaN, -inf, +inf and extreme logits; it routes with warp_rows_override on
+(_repair drawn on or off, with K + 1 or K + 2 candidates; some rows' best logit repeated an ulp away: close keys)
 and checks every row against the reference: ids equal and weights within 1e-6 relative (+ 1e-7), and on rows with a
 +inf logit (outside the contract's domain) K distinct valid ids. The exit status is the number of failing cases
 (capped at 100).
@@ -48,23 +49,33 @@ def draw(rng: random.Random, max_tokens: int, device: str):
         x = (x * 4).round() / 4  # ties
     for _ in range(rng.randint(0, 3)):
         x[rng.randrange(T), rng.randrange(E)] = rng.choice((float("nan"), float("-inf"), float("inf"), -100.0, 30.0))
+    for _ in range(rng.choice((0, 0, 1, 4))):  # a row's best logit repeated an ulp away elsewhere: close keys
+        r = rng.randrange(T)
+        best = x[r].nan_to_num(nan=-1e30, posinf=-1e30).argmax()
+        x[r, rng.randrange(E)] = torch.nextafter(x[r, best], torch.tensor(rng.choice((-1e30, 1e30))))
     bias = torch.randn(E, generator=g) * rng.choice((0.01, 0.1, 1.0)) + rng.choice((0.0, 0.5, -0.5))
     bias = bias.to(rng.choice((torch.float32, dtype)))
     return config, layout, x.to(dtype).to(device), bias.to(device)
 
 
-def run_case(seed: int, max_tokens: int, device: str) -> str:
-    """'' when the case routes like the reference (or draws no config), else what went wrong."""
-    case = draw(random.Random(seed), max_tokens, device)
+def run_case(seed: int, max_tokens: int, device: str, stats: torch.Tensor) -> str:
+    """'' when the case routes like the reference (or draws no config), else what went wrong. The kernel's
+    fallback counts add into stats (programs on the exact path, repaired, run)."""
+    rng = random.Random(seed)
+    case = draw(rng, max_tokens, device)
     if case is None:
         return ""
     config, layout, x, bias = case
-    kr.warp_rows_override = True
+    # _repair on or off, with or without a word past the first loser (the launcher's constants)
+    saved = kr.WARP_ROWS_REPAIR, kr.WARP_ROWS_EXTRA
+    kr.WARP_ROWS_REPAIR, kr.WARP_ROWS_EXTRA = rng.random() < 0.9, rng.choice((0, 1, 1))
+    kr.warp_rows_override, kr.count_fallbacks_into = True, stats
     try:
         with kr.recorded_launches() as seen:
             got = route(x, config, layout, bias=bias, backend="triton")
     finally:
-        kr.warp_rows_override = None
+        kr.warp_rows_override, kr.count_fallbacks_into = None, None
+        kr.WARP_ROWS_REPAIR, kr.WARP_ROWS_EXTRA = saved
     want = route(x, config, layout, bias=bias, backend="reference")
     inside = ~outside_domain(x, config)
     wrong = []
@@ -87,13 +98,16 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = p.parse_args(argv)
     start, n, failed = time.time(), 0, 0
+    stats = torch.zeros(3, dtype=torch.int32, device=a.device)
     while time.time() - start < a.seconds:
-        what = run_case(a.seed + n, a.max_tokens, a.device)
+        what = run_case(a.seed + n, a.max_tokens, a.device, stats)
         if what:
             failed += 1
             print(f"FAIL seed {a.seed + n}: {what}", flush=True)
         n += 1
-    print(f"{n} cases in {time.time() - start:.0f} s (seeds {a.seed}..{a.seed + n - 1}): {failed} failed")
+    exact, repaired, programs = stats.tolist()
+    print(f"{n} cases in {time.time() - start:.0f} s (seeds {a.seed}..{a.seed + n - 1}): {failed} failed; "
+          f"programs of the rows-on-warps kernel {programs}, repaired {repaired}, on the exact path {exact}")
     return min(failed, 100)
 
 
