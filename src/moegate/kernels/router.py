@@ -325,20 +325,23 @@ shift_words_override: bool | None = None
 # Rows on warps, a row a warp (kernels/warp_rows_kernel.py): sigmoid / sqrt-softplus rows with a bias, E a power of
 # 2 and a multiple of a chunk (128 fp32 / 256 bf16 / fp16 lanes), none of the layout's or the config's extras (scale,
 # softcap, placement, shared slots, padding, capture, packed words, expert scales, p-norms, zero-filled groups).
-# H100, BENCHMARKS.md run 162 (the same launches with it and without, the mean over three inputs a T): without
-# groups it is faster from T = 2048 (DeepSeek-V4 T=2048 3.32 against 3.93 us, 4096 4.49 / 5.26, 16384 11.16 / 12.07,
-# 65536 39.71 / 42.59; T=1024, run 161: 2.99 / 2.19); with groups (WARP_ROWS_GROUPS) level or slower at every T
-# (DeepSeek-V3 fp32 65536 43.52 / 42.79, 16384 13.25 / 12.25; bf16 42.67 / 42.52): its fast path alone is faster
-# (34.6 us at 65536) but a program whose groups' scores are within the keys' error takes the exact path (~14 a
-# launch at 65536), ~8 us of latency a launch waits for. WARP_ROWS_LANES: the row widths it takes by default (512
-# top-22, run 161: 104.7 against 79.8 us at T = 65536; its rounds run over 16 lanes a thread, the router kernel's on
-# cached words). WARP_ROWS_ROWS rows (= warps) a program; WARP_ROWS_MAX_REGISTERS caps ptxas: the fast path needs 32
-# (64 warps an SM), the exact path (a function not inlined) spills at 32 (sm_90 SASS, counted offline).
-# WARP_ROWS_REPAIR: close rows reordered on the exact keys of their K + 1 + WARP_ROWS_EXTRA best words (_repair)
-# rather than redone on the exact path (run 162: DeepSeek-V4 65536 39.71 against 41.35 us, 4096 4.49 / 5.76).
+# H100, BENCHMARKS.md run 162 (the same launches with it and without, the mean over three inputs a T, each input
+# timed in place: warm in L2 below T ~ 32768): without groups it is faster from T = 2048 (DeepSeek-V4 T=2048 3.32
+# against 3.93 us, 4096 4.49 / 5.26, 16384 11.16 / 12.07, 65536 39.71 / 42.59; T=1024, run 161: 2.99 / 2.19). The
+# bench's table, its inputs rotated over 256 MB (read from HBM), had it slower at T = 4096 / 8192 (run 163: 5.48 /
+# 8.42 us against the router kernel's 5.24 / 8.13 in run 145, another call) and faster at 32768 / 65536 (22.20 /
+# 40.06 against 22.92 / 42.69): until one call times both on rotated inputs, it starts at T = 16384. With groups
+# (WARP_ROWS_GROUPS) level or slower at every T (DeepSeek-V3 fp32 65536 43.52 / 42.79, 16384 13.25 / 12.25; bf16 42.67 /
+# 42.52): its fast path alone is faster (34.6 us at 65536) but a program whose groups' scores are within the keys' error
+# takes the exact path (~14 a launch at 65536), ~8 us of latency a launch waits for. WARP_ROWS_LANES: the row widths it
+# takes by default (512 top-22, run 161: 104.7 against 79.8 us at T = 65536; its rounds run over 16 lanes a thread, the
+# router kernel's on cached words). WARP_ROWS_ROWS rows (= warps) a program; WARP_ROWS_MAX_REGISTERS caps ptxas: the
+# fast path needs 32 (64 warps an SM), the exact path (a function not inlined) spills at 32 (sm_90 SASS, counted
+# offline). WARP_ROWS_REPAIR: close rows reordered on the exact keys of their K + 1 + WARP_ROWS_EXTRA best words
+# (_repair) rather than redone on the exact path (run 162: DeepSeek-V4 65536 39.71 against 41.35 us, 4096 4.49 / 5.76).
 # warp_rows_override forces the path on (at any T >= 1 and width the config allows) or off (tests, --ab-variants).
 WARP_ROWS = True
-WARP_ROWS_MIN_TOKENS = 2048
+WARP_ROWS_MIN_TOKENS = 16384
 WARP_ROWS_GROUPS = False
 WARP_ROWS_LANES = (256,)
 WARP_ROWS_ROWS = 2
