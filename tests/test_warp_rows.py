@@ -311,7 +311,8 @@ def test_close_winners_are_repaired(name, bias_dtype, extra, forced, monkeypatch
     """Two winners' keys equal (row 1: the first two; row 3: the K-th and the first loser), the rest tie-free: the
     fast keys cannot order them; _repair reorders its K + 1 + EXTRA candidates on exact keys (counted) and no program
     takes the exact path, except at the boundary with EXTRA = 0 (the bound on the other lanes then needs the loser's
-    fast key below the K-th exact one). A constant bias keeps the keys in the logits' order."""
+    fast key below the K-th exact one). Row 5: the K-th, the first and the second loser equal, more than the bound
+    allows whatever EXTRA: repaired, then redone. A constant bias keeps the keys in the logits' order."""
     monkeypatch.setattr(kr, "WARP_ROWS_EXTRA", extra)
     config = CONFIGS[name]
     E, K = config.num_experts, config.top_k
@@ -320,6 +321,8 @@ def test_close_winners_are_repaired(name, bias_dtype, extra, forced, monkeypatch
     one_more = route(logits, dataclasses.replace(config, top_k=K + 1), bias=bias, backend="reference").ids.long()
     logits[1, one_more[1, 1]] = logits[1, one_more[1, 0]]
     logits[3, one_more[3, K]] = logits[3, one_more[3, K - 1]]
+    two_more = route(logits, dataclasses.replace(config, top_k=K + 2), bias=bias, backend="reference").ids.long()
+    logits[5, two_more[5, K:K + 2]] = logits[5, two_more[5, K - 1]].item()
     forced.clear()
     got, _ = run_both(logits, config, bias=bias)
     assert forced[0]["KEPT"] is (config.n_group > 1 and bias_dtype == torch.float32
@@ -327,4 +330,27 @@ def test_close_winners_are_repaired(name, bias_dtype, extra, forced, monkeypatch
     tie = one_more[3, K - 1:K + 1].tolist()
     assert set(got.ids[3].tolist()) == set(one_more[3, :K - 1].tolist()) | {min(tie)}  # the tie to the lower id
     _, (redone, repairs, programs) = _counted(logits, config, bias=bias)
-    assert (redone, repairs, programs) == ((0, 2, 4) if extra else (1, 2, 4))
+    assert (redone, repairs, programs) == ((1, 3, 4) if extra else (2, 3, 4))
+
+
+@pytest.mark.parametrize("bias_dtype", [torch.bfloat16, torch.float32], ids=["whole-row", "kept"])
+def test_repair_leaves_dropped_groups_out(bias_dtype, forced):
+    """DeepSeek-V3 routing, rows whose two best keys tie and whose only lanes above the words' base (half the best key)
+    are the 8 winners: the words past them lie at distance 0, where the dropped groups' lanes sit too when the rounds
+    run on the whole row (bf16 bias: not KEPT). Group 0 is dropped though its lane 0 has the row's best key, and lane
+    0's word is the first at distance 0: _repair must not take it as a candidate (its exact key would win), so that
+    program goes to the exact path. On KEPT rounds (fp32 bias) only kept lanes are in the words: repaired."""
+    config = CONFIGS["deepseek-v3"]
+    x = torch.full((4, 256), -2.0)  # keys 0.12, below the base
+    for g, (a, b) in zip((1, 2, 3, 4), ((2.2, 2.2), (1.4, 1.3), (1.2, 1.1), (1.0, 0.9))):
+        x[:, 32 * g], x[:, 32 * g + 1] = a, b  # groups 1-4 kept (scores 1.80, 1.59, 1.52, 1.44), the 8 winners
+    x[:, 0] = 4.6  # key 0.99, group 0's score 1.11: dropped
+    x[2:] = tie_free_logits(2, 256, seed=4).cpu()  # the second program: random rows, no fallback
+    logits = x.to(DEVICE)
+    bias = torch.zeros(256, dtype=bias_dtype, device=DEVICE)
+    forced.clear()
+    got, _ = run_both(logits, config, bias=bias)
+    assert forced[0]["KEPT"] is (bias_dtype == torch.float32)
+    assert 0 not in got.ids[:2].tolist()[0]
+    _, (redone, repairs, programs) = _counted(logits, config, bias=bias)
+    assert (redone, repairs, programs) == ((1, 1, 2) if bias_dtype == torch.bfloat16 else (0, 1, 2))
