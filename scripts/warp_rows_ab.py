@@ -25,6 +25,10 @@ VARIANTS = {
     "extra0": [("C: tl.constexpr = K + 1 + EXTRA", "C: tl.constexpr = K + 1")],  # no candidate past the first loser
     # the fast path alone (every flagged row routed as the fast keys say): the bound of this kernel
     "fast-only": [("    if state == 1:", "    if False:"), ("    if state > 1:", "    if False:")],
+    # the candidates sorted on exact keys in the epilogue (WARP_ROWS_SORT_STEPS = 2, 3), close rows repaired only
+    # where that leaves them unsorted or the bound fails
+    "sort2": [("    if SORT_STEPS > 0:", "    if True:"), ("K, C, SORT_STEPS, SCORING,", "K, C, 2, SCORING,")],
+    "sort3": [("    if SORT_STEPS > 0:", "    if True:"), ("K, C, SORT_STEPS, SCORING,", "K, C, 3, SCORING,")],
     # no repair, no candidate past the first loser: the kernel of runs 153-159
     "run-156": [("    if not REPAIR:", "    if True:"), ("C: tl.constexpr = K + 1 + EXTRA", "C: tl.constexpr = K + 1")],
 }

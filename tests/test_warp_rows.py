@@ -302,18 +302,22 @@ def test_near_tied_groups_take_the_exact_path(forced, monkeypatch):
 
 
 
+@pytest.mark.parametrize("sort", [0, 2], ids=["repair", "sorted"])
 @pytest.mark.parametrize("extra", [1, 0])
 @pytest.mark.parametrize("name,bias_dtype", [
     ("deepseek-v3", torch.float32), ("deepseek-v3", torch.bfloat16), ("group-max", torch.float32),
     ("sigmoid", torch.float32), ("deepseek-v4", torch.float32), ("512-top22", torch.float32),
 ], ids=["groups-kept", "groups-whole-row", "group-max", "sigmoid", "sqrtsoftplus", "512-top22"])
-def test_close_winners_are_repaired(name, bias_dtype, extra, forced, monkeypatch):
+def test_close_winners_are_repaired(name, bias_dtype, extra, sort, forced, monkeypatch):
     """Two winners' keys equal (row 1: the first two; row 3: the K-th and the first loser), the rest tie-free: the
     fast keys cannot order them; _repair reorders its K + 1 + EXTRA candidates on exact keys (counted) and no program
     takes the exact path, except at the boundary with EXTRA = 0 (the bound on the other lanes then needs the loser's
     fast key below the K-th exact one). Row 5: the K-th, the first and the second loser equal, more than the bound
-    allows whatever EXTRA: repaired, then redone. A constant bias keeps the keys in the logits' order."""
+    allows whatever EXTRA: repaired, then redone. A constant bias keeps the keys in the logits' order. With the
+    candidates sorted in the epilogue (WARP_ROWS_SORT_STEPS = 2) rows 1 and 3 need no repair (row 3 with EXTRA = 1
+    only: the bound needs a word past the loser); the rest go on to _repair and the exact path as before."""
     monkeypatch.setattr(kr, "WARP_ROWS_EXTRA", extra)
+    monkeypatch.setattr(kr, "WARP_ROWS_SORT_STEPS", sort)
     config = CONFIGS[name]
     E, K = config.num_experts, config.top_k
     logits = tie_free_logits(8, E, seed=21)
@@ -330,16 +334,22 @@ def test_close_winners_are_repaired(name, bias_dtype, extra, forced, monkeypatch
     tie = one_more[3, K - 1:K + 1].tolist()
     assert set(got.ids[3].tolist()) == set(one_more[3, :K - 1].tolist()) | {min(tie)}  # the tie to the lower id
     _, (redone, repairs, programs) = _counted(logits, config, bias=bias)
-    assert (redone, repairs, programs) == ((1, 3, 4) if extra else (2, 3, 4))
+    if sort:
+        assert (redone, repairs, programs) == ((1, 1, 4) if extra else (2, 2, 4))
+    else:
+        assert (redone, repairs, programs) == ((1, 3, 4) if extra else (2, 3, 4))
 
 
+@pytest.mark.parametrize("sort", [0, 2], ids=["repair", "sorted"])
 @pytest.mark.parametrize("bias_dtype", [torch.bfloat16, torch.float32], ids=["whole-row", "kept"])
-def test_repair_leaves_dropped_groups_out(bias_dtype, forced):
+def test_repair_leaves_dropped_groups_out(bias_dtype, sort, forced, monkeypatch):
     """DeepSeek-V3 routing, rows whose two best keys tie and whose only lanes above the words' base (half the best key)
     are the 8 winners: the words past them lie at distance 0, where the dropped groups' lanes sit too when the rounds
     run on the whole row (bf16 bias: not KEPT). Group 0 is dropped though its lane 0 has the row's best key, and lane
     0's word is the first at distance 0: _repair must not take it as a candidate (its exact key would win), so that
-    program goes to the exact path. On KEPT rounds (fp32 bias) only kept lanes are in the words: repaired."""
+    program goes to the exact path. On KEPT rounds (fp32 bias) only kept lanes are in the words: repaired (sorted in
+    the epilogue with WARP_ROWS_SORT_STEPS, no repair)."""
+    monkeypatch.setattr(kr, "WARP_ROWS_SORT_STEPS", sort)
     config = CONFIGS["deepseek-v3"]
     x = torch.full((4, 256), -2.0)  # keys 0.12, below the base
     for g, (a, b) in zip((1, 2, 3, 4), ((2.2, 2.2), (1.4, 1.3), (1.2, 1.1), (1.0, 0.9))):
@@ -353,4 +363,20 @@ def test_repair_leaves_dropped_groups_out(bias_dtype, forced):
     assert forced[0]["KEPT"] is (bias_dtype == torch.float32)
     assert 0 not in got.ids[:2].tolist()[0]
     _, (redone, repairs, programs) = _counted(logits, config, bias=bias)
-    assert (redone, repairs, programs) == ((1, 1, 2) if bias_dtype == torch.bfloat16 else (0, 1, 2))
+    want = (1, 1, 2) if bias_dtype == torch.bfloat16 else ((0, 0, 2) if sort else (0, 1, 2))
+    assert (redone, repairs, programs) == want
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "group-max", "every-group-kept", "sigmoid", "deepseek-v4",
+                                  "eps-clamp", "512-top22", "top-31"])
+def test_sorted_candidates_route_like_the_reference(name, forced, monkeypatch):
+    """WARP_ROWS_SORT_STEPS = 2 (the candidates sorted on exact keys in the epilogue), fp32 and bf16 logits rounded
+    to quarters (ties in every row) with a bias of sixteenths: every row like the reference, into poisoned outputs."""
+    monkeypatch.setattr(kr, "WARP_ROWS_SORT_STEPS", 2)
+    config = CONFIGS[name]
+    E = config.num_experts
+    for dtype in (torch.float32, torch.bfloat16):
+        logits = (_logits(37, E, seed=E) * 4).round() / 4
+        forced.clear()
+        run_both(logits.to(dtype), config, bias=_bias(E, dtype, seed=E))
+        assert ("R" in forced[0]) is (dtype == torch.float32 or E % 256 == 0)  # 128 bf16 lanes: not a chunk

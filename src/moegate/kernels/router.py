@@ -339,7 +339,9 @@ shift_words_override: bool | None = None
 # fast path needs 32 (64 warps an SM), the exact path (a function not inlined) spills at 32 (sm_90 SASS, counted
 # offline). WARP_ROWS_REPAIR: close rows reordered on the exact keys of their K + 1 + WARP_ROWS_EXTRA best words
 # (_repair) rather than redone on the exact path (run 162: DeepSeek-V4 65536 39.71 against 41.35 us, 4096 4.49 / 5.76).
-# warp_rows_override forces the path on (at any T >= 1 and width the config allows) or off (tests, --ab-variants).
+# WARP_ROWS_SORT_STEPS > 0 sorts the candidates on exact keys in the epilogue (_sort_candidates: close rows left to
+# _repair only where that fails): not yet timed, off (docs/kernel.md). warp_rows_override forces the path on (at any
+# T >= 1 and width the config allows) or off (tests, --ab-variants).
 WARP_ROWS = True
 WARP_ROWS_MIN_TOKENS = 16384
 WARP_ROWS_GROUPS = False
@@ -348,6 +350,7 @@ WARP_ROWS_ROWS = 2
 WARP_ROWS_MAX_REGISTERS = 32
 WARP_ROWS_REPAIR = True
 WARP_ROWS_EXTRA = 1
+WARP_ROWS_SORT_STEPS = 0
 warp_rows_override: bool | None = None
 
 
@@ -814,7 +817,8 @@ def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float
         K=spec.K, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
         GROUP_MAX=bool(spec.GROUP_MAX), SCORING=spec.SCORING, RENORMALIZE=bool(spec.RENORMALIZE),
         EPS_CLAMP=bool(spec.EPS_CLAMP), APPLY_RSF=bool(spec.APPLY_RSF), R=rows, NC=chunks, LT=chunk, KEPT=kept,
-        REPAIR=WARP_ROWS_REPAIR, EXTRA=min(WARP_ROWS_EXTRA, 31 - spec.K), FORCE_EXACT=force_exact_override,
+        REPAIR=WARP_ROWS_REPAIR, EXTRA=min(WARP_ROWS_EXTRA, 31 - spec.K), SORT_STEPS=WARP_ROWS_SORT_STEPS,
+        FORCE_EXACT=force_exact_override,
         COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(), num_warps=rows, **extra,
     )
 

@@ -25,14 +25,16 @@ One row, on the fast path (docs/kernel.md, "Rows on warps, a row a warp"):
    of a kept one; a first loser below the normal floats. And close rows: two adjacent words of the K winners and the
    first loser closer than two keys' errors (their gap in order bits, the largest round step, times an ulp of the
    lower key), which also catches the K-th winner on the distance clamp.
-Every program then stores its rows (the epilogue: the winners' logits gathered again, scored exactly, renormalised,
-p = 1, eps added or clamped, scaled by rsf), and reduces its rows' flags across its warps once. A program with close
+Every program then stores its rows (the epilogue: the winners' logits gathered again, scored exactly, renormalised
+(p = 1), eps added or clamped, scaled by rsf), and reduces its rows' flags across its warps once. A program with close
 rows and no flag (REPAIR) reorders the K + 1 + EXTRA candidates on their exact keys (_repair) and stores again where
-the bound on the other lanes holds; a program with a flagged row, a failed repair (or FORCE_EXACT) redoes its R rows
-on the exact path and stores them again: exact keys (libdevice, IEEE division and square root: the reference's bits),
-dead lanes (NaN, -inf) at -inf, groups ranked by counting (ties to the lower group), K rounds of two maxes (the best
-key bits, then its lowest lane), on the same tiles and layout, in a function not inlined (its registers, spilled, do
-not set the fast path's). The fallbacks cost a launch their latency, not their throughput (docs/kernel.md).
+the bound on the other lanes holds (with SORT_STEPS, the epilogue itself sorts the candidates on exact keys, and only
+the close rows that leaves unsorted or unbounded go on to _repair); a program with a flagged row, a failed repair (or
+FORCE_EXACT) redoes its R rows on the exact path and stores them again: exact keys (libdevice, IEEE division and
+square root: the reference's bits), dead lanes (NaN, -inf) at -inf, groups ranked by counting (ties to the lower
+group), K rounds of two maxes (the best key bits, then its lowest lane), on the same tiles and layout, in a function
+not inlined (its registers, spilled, do not set the fast path's). The fallbacks cost a launch their latency, not their
+throughput (docs/kernel.md).
 
 What it does not do (the launcher sends such calls to the router kernel): logit scale or softcap, logits
 selection, no bias, softmax, hash routing, placement, shared slots, padding, capture, packed words, expert scales,
@@ -97,6 +99,7 @@ def _warp_rows_kernel(
     KEPT: tl.constexpr,  # rounds on the kept groups' lanes (TOPK_GROUP * GROUP_SIZE == 128)
     REPAIR: tl.constexpr,  # close rows to _repair (else to the exact path)
     EXTRA: tl.constexpr,  # _repair's candidates past the first loser
+    SORT_STEPS: tl.constexpr,  # > 0: the candidates sorted on exact keys in the epilogue (_sort_candidates)
     FORCE_EXACT: tl.constexpr,  # every program takes the exact path (tests)
     COUNT_FALLBACKS: tl.constexpr,
     ACCURATE: tl.constexpr,
@@ -209,8 +212,22 @@ def _warp_rows_kernel(
     # took ~15% longer (H100: DeepSeek-V3 fp32 T = 65536 39.3 against 33.4 us without the exact path); after the
     # stores a warp has nothing left to do, and the program holds its slot until its last warp ends either way. The
     # barrier also orders the two writes of an output.
-    _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
-              EPS_CLAMP, APPLY_RSF, ACCURATE)
+    if SORT_STEPS > 0:
+        # The candidates' exact keys in the epilogue's gather (one a thread: the same instructions as the K winners'),
+        # SORT_STEPS odd-even steps on them; a close row stays on the fast path where they end sorted and the K-th
+        # exact key beats the bound on the other lanes (as in _repair).
+        bound = _repair_bound(base, cur, bias_mag, LANE_BITS, SCORING, N_GROUP > 1 and not KEPT)
+        cand = kc < C
+        if N_GROUP > 1 and not KEPT:
+            cand = cand & ((wk >> LANE_BITS) > 0)  # not a dropped group's lane (their words lie at distance 0)
+        ids, scores, sorted_ok = _sort_candidates(ids, kc, cand, bound, row_ptr, bias_ptr, K, C, SORT_STEPS, SCORING,
+                                                  ACCURATE)
+        close = close & (sorted_ok == 0)
+        _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
+                  EPS_CLAMP, APPLY_RSF, ACCURATE, scores)
+    else:
+        _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
+                  EPS_CLAMP, APPLY_RSF, ACCURATE)
     # One reduction across the warps: 2 or more, a row for the exact path; 1, close rows only (_repair).
     state = tl.max(flag.to(tl.int32) * 2 + close.to(tl.int32), axis=0)
     if FORCE_EXACT:
@@ -220,12 +237,7 @@ def _warp_rows_kernel(
     if state == 1:
         if COUNT_FALLBACKS:
             tl.atomic_add(stats_ptr + 1, 1)
-        # The bound on the other lanes' exact keys: the C-th word's fast key (raw bits, >= +0.0) plus its error.
-        # With dropped groups' lanes in the words (at distance 0, as the clamped lanes) that word must lie above them.
-        bound = (base + (cur >> LANE_BITS)).to(tl.float32, bitcast=True)
-        bound = bound + _key_err(bound, SCORING, bias_mag)
-        if N_GROUP > 1 and not KEPT:
-            bound = tl.where((cur >> LANE_BITS) > 0, bound, float("inf"))
+        bound = _repair_bound(base, cur, bias_mag, LANE_BITS, SCORING, N_GROUP > 1 and not KEPT)
         r_ids, r_ok = _repair(ids, kc, bound, row_ptr, bias_ptr, K, C, SCORING, ACCURATE)
         if tl.min(r_ok.to(tl.int32), axis=0) > 0:
             _epilogue(r_ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING,
@@ -238,6 +250,53 @@ def _warp_rows_kernel(
         _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf, K,
                        N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, RENORMALIZE, EPS_CLAMP, APPLY_RSF, R, NC,
                        LT, ACCURATE)
+
+
+@triton.jit
+def _repair_bound(base, cur, bias_mag, LANE_BITS: tl.constexpr, SCORING: tl.constexpr, GROUPED: tl.constexpr):
+    """[R]: the bound on the exact keys of the lanes past the C-th word (cur): its fast key (raw bits, >= +0.0) plus
+    the keys' error. GROUPED (dropped groups' lanes in the words, at distance 0 as the clamped lanes): that word must
+    lie above them, else no bound (+inf)."""
+    bound = (base + (cur >> LANE_BITS)).to(tl.float32, bitcast=True)
+    bound = bound + _key_err(bound, SCORING, bias_mag)
+    if GROUPED:
+        bound = tl.where((cur >> LANE_BITS) > 0, bound, float("inf"))
+    return bound
+
+
+@triton.jit
+def _sort_candidates(ids, kc, cand, bound, row_ptr, bias_ptr, K: tl.constexpr, C: tl.constexpr,
+                     STEPS: tl.constexpr, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
+    """SORT_STEPS: the C candidates (ids, one a thread of [32, R], in the fast keys' order) read back, scored exactly,
+    and sorted by STEPS odd-even transposition steps on (exact key, lower id) through warp shuffles; lanes outside
+    cand rank last. Returns (ids, exact scores, [R] 1 where the C positions end sorted and the K-th exact key beats
+    bound, so that the first K are the row's winners in order). Rows with a NaN or infinite logit take the exact path
+    whatever this returns."""
+    x = tl.load(row_ptr[None, :] + ids, mask=cand, other=0.0).to(tl.float32)
+    b = tl.load(bias_ptr + ids, mask=cand, other=0.0).to(tl.float32)
+    score = _score(x, 0.0, 0.0, SCORING, ACCURATE)
+    hk = tl.where(cand, _order_bits(score + b), INT32_MIN)
+    for step in tl.static_range(STEPS):
+        if step % 2 == 0:
+            partner = kc ^ 1  # pairs (0, 1), (2, 3), ...
+        else:
+            partner = ((kc + 1) ^ 1) - 1  # pairs (1, 2), (3, 4), ...
+        at = tl.minimum(tl.maximum(partner, 0), 31)
+        hp = tl.gather(hk, at, 0)
+        ip = tl.gather(ids, at, 0)
+        sp = tl.gather(score, at, 0)
+        beats = (hp > hk) | ((hp == hk) & (ip < ids))  # the partner comes first
+        swap = (partner >= 0) & (partner < C) & (kc < C) & ((kc < partner) == beats)
+        hk = tl.where(swap, hp, hk)
+        ids = tl.where(swap, ip, ids)
+        score = tl.where(swap, sp, score)
+    nxt = tl.minimum(kc + 1, 31)
+    hn = tl.gather(hk, nxt, 0)
+    i_n = tl.gather(ids, nxt, 0)
+    in_order = (kc >= C - 1) | (hk > hn) | ((hk == hn) & (ids < i_n))
+    kth = _key_of32(tl.gather(hk, kc * 0 + (K - 1), 0))  # the K-th exact key, on every thread
+    ok = in_order & (kth > bound[None, :])
+    return ids, score, tl.min(ok.to(tl.int32), axis=0)
 
 
 @triton.jit
@@ -270,12 +329,15 @@ def _repair(ids, kc, bound, row_ptr, bias_ptr, K: tl.constexpr, C: tl.constexpr,
 @triton.jit
 def _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K: tl.constexpr,
               SCORING: tl.constexpr, RENORMALIZE: tl.constexpr, EPS_CLAMP: tl.constexpr, APPLY_RSF: tl.constexpr,
-              ACCURATE: tl.constexpr):
-    """Steps 6-8 on [32, R] winners (column K and beyond ignored): the winners' logits gathered again, scored
-    exactly, renormalised, scaled; weights and ids stored for the rows < T."""
+              ACCURATE: tl.constexpr, scores=None):
+    """Steps 6-8 on [32, R] winners (column K and beyond ignored): the winners' logits gathered again and scored
+    exactly (or their exact scores given), renormalised, scaled; weights and ids stored for the rows < T."""
     live = kc < K
-    xw = _gather_logits(row_ptr[None, :], ids, 1, live, 1.0, 1.0, False, False, ACCURATE)
-    w = tl.where(live, _score(tl.where(live, xw, 0.0), 0.0, 0.0, SCORING, ACCURATE), 0.0)
+    if scores is None:
+        xw = _gather_logits(row_ptr[None, :], ids, 1, live, 1.0, 1.0, False, False, ACCURATE)
+        w = tl.where(live, _score(tl.where(live, xw, 0.0), 0.0, 0.0, SCORING, ACCURATE), 0.0)
+    else:
+        w = tl.where(live, scores, 0.0)
     if RENORMALIZE:
         denom = _renorm_denom(tl.sum(w, axis=0), renorm_eps, EPS_CLAMP)  # [R]
         w = tl.where(denom[None, :] > 0, _div_nonneg(w, denom[None, :]), 0.0)
