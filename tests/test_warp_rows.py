@@ -343,25 +343,26 @@ def test_close_winners_are_repaired(name, bias_dtype, extra, sort, forced, monke
 @pytest.mark.parametrize("sort", [0, 2], ids=["repair", "sorted"])
 @pytest.mark.parametrize("bias_dtype", [torch.bfloat16, torch.float32], ids=["whole-row", "kept"])
 def test_repair_leaves_dropped_groups_out(bias_dtype, sort, forced, monkeypatch):
-    """DeepSeek-V3 routing, rows whose two best keys tie and whose only lanes above the words' base (half the best key)
-    are the 8 winners: the words past them lie at distance 0, where the dropped groups' lanes sit too when the rounds
-    run on the whole row (bf16 bias: not KEPT). Group 0 is dropped though its lane 0 has the row's best key, and lane
-    0's word is the first at distance 0: _repair must not take it as a candidate (its exact key would win), so that
-    program goes to the exact path. On KEPT rounds (fp32 bias) only kept lanes are in the words: repaired (sorted in
-    the epilogue with WARP_ROWS_SORT_STEPS, no repair)."""
+    """DeepSeek-V3 routing, rows whose two best keys tie (row 2: do not) and whose only lanes above the words' base
+    (half the best key) are the 8 winners: the words past them lie at distance 0, where the dropped groups' lanes sit
+    too when the rounds run on the whole row (bf16 bias: not KEPT). Group 0 is dropped though its lane 0 has the
+    row's best key, and lane 0's word is the first at distance 0: _repair must not take it as a candidate (its exact
+    key would win), so that program goes to the exact path. On KEPT rounds (fp32 bias) only kept lanes are in the
+    words: repaired (sorted in the epilogue with WARP_ROWS_SORT_STEPS, no repair)."""
     monkeypatch.setattr(kr, "WARP_ROWS_SORT_STEPS", sort)
     config = CONFIGS["deepseek-v3"]
     x = torch.full((4, 256), -2.0)  # keys 0.12, below the base
     for g, (a, b) in zip((1, 2, 3, 4), ((2.2, 2.2), (1.4, 1.3), (1.2, 1.1), (1.0, 0.9))):
         x[:, 32 * g], x[:, 32 * g + 1] = a, b  # groups 1-4 kept (scores 1.80, 1.59, 1.52, 1.44), the 8 winners
     x[:, 0] = 4.6  # key 0.99, group 0's score 1.11: dropped
-    x[2:] = tie_free_logits(2, 256, seed=4).cpu()  # the second program: random rows, no fallback
+    x[2, 33] = 2.0  # row 2: no tie, so not close (the sorted candidates must leave lane 0 out there too)
+    x[3] = tie_free_logits(1, 256, seed=4).cpu()  # the second program (rows 2, 3): no fallback
     logits = x.to(DEVICE)
     bias = torch.zeros(256, dtype=bias_dtype, device=DEVICE)
     forced.clear()
     got, _ = run_both(logits, config, bias=bias)
     assert forced[0]["KEPT"] is (bias_dtype == torch.float32)
-    assert 0 not in got.ids[:2].tolist()[0]
+    assert 0 not in got.ids[0].tolist() and 0 not in got.ids[2].tolist()
     _, (redone, repairs, programs) = _counted(logits, config, bias=bias)
     want = (1, 1, 2) if bias_dtype == torch.bfloat16 else ((0, 0, 2) if sort else (0, 1, 2))
     assert (redone, repairs, programs) == want
