@@ -265,6 +265,22 @@ def _repair_bound(base, cur, bias_mag, LANE_BITS: tl.constexpr, SCORING: tl.cons
 
 
 @triton.jit
+def _candidate_keys(ids, cand, row_ptr, bias_ptr, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
+    """The candidates' (ids where cand, one a thread of [32, R]) logits and bias read back: (exact scores, order
+    bits of their exact keys). Their rows hold no NaN or infinite logit where the result is used."""
+    x = tl.load(row_ptr[None, :] + ids, mask=cand, other=0.0).to(tl.float32)
+    b = tl.load(bias_ptr + ids, mask=cand, other=0.0).to(tl.float32)
+    score = _score(x, 0.0, 0.0, SCORING, ACCURATE)
+    return score, _order_bits(score + b)
+
+
+@triton.jit
+def _before(h_a, id_a, h_b, id_b):
+    """1 where candidate a comes before b in the reference's order: the higher key (order bits), then the lower id."""
+    return (h_a > h_b) | ((h_a == h_b) & (id_a < id_b))
+
+
+@triton.jit
 def _sort_candidates(ids, kc, cand, bound, row_ptr, bias_ptr, K: tl.constexpr, C: tl.constexpr,
                      STEPS: tl.constexpr, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
     """SORT_STEPS: the C candidates (ids, one a thread of [32, R], in the fast keys' order) read back, scored exactly,
@@ -272,10 +288,8 @@ def _sort_candidates(ids, kc, cand, bound, row_ptr, bias_ptr, K: tl.constexpr, C
     cand rank last. Returns (ids, exact scores, [R] 1 where the C positions end sorted and the K-th exact key beats
     bound, so that the first K are the row's winners in order). Rows with a NaN or infinite logit take the exact path
     whatever this returns."""
-    x = tl.load(row_ptr[None, :] + ids, mask=cand, other=0.0).to(tl.float32)
-    b = tl.load(bias_ptr + ids, mask=cand, other=0.0).to(tl.float32)
-    score = _score(x, 0.0, 0.0, SCORING, ACCURATE)
-    hk = tl.where(cand, _order_bits(score + b), INT32_MIN)
+    score, hk = _candidate_keys(ids, cand, row_ptr, bias_ptr, SCORING, ACCURATE)
+    hk = tl.where(cand, hk, INT32_MIN)
     for step in tl.static_range(STEPS):
         if step % 2 == 0:
             partner = kc ^ 1  # pairs (0, 1), (2, 3), ...
@@ -285,7 +299,7 @@ def _sort_candidates(ids, kc, cand, bound, row_ptr, bias_ptr, K: tl.constexpr, C
         hp = tl.gather(hk, at, 0)
         ip = tl.gather(ids, at, 0)
         sp = tl.gather(score, at, 0)
-        beats = (hp > hk) | ((hp == hk) & (ip < ids))  # the partner comes first
+        beats = _before(hp, ip, hk, ids)  # the partner comes first
         swap = (partner >= 0) & (partner < C) & (kc < C) & ((kc < partner) == beats)
         hk = tl.where(swap, hp, hk)
         ids = tl.where(swap, ip, ids)
@@ -293,7 +307,7 @@ def _sort_candidates(ids, kc, cand, bound, row_ptr, bias_ptr, K: tl.constexpr, C
     nxt = tl.minimum(kc + 1, 31)
     hn = tl.gather(hk, nxt, 0)
     i_n = tl.gather(ids, nxt, 0)
-    in_order = (kc >= C - 1) | (hk > hn) | ((hk == hn) & (ids < i_n))
+    in_order = (kc >= C - 1) | _before(hk, ids, hn, i_n)
     kth = _key_of32(tl.gather(hk, kc * 0 + (K - 1), 0))  # the K-th exact key, on every thread
     ok = in_order & (kth > bound[None, :])
     return ids, score, tl.min(ok.to(tl.int32), axis=0)
@@ -309,20 +323,15 @@ def _repair(ids, kc, bound, row_ptr, bias_ptr, K: tl.constexpr, C: tl.constexpr,
     candidates beats it, the candidates' exact top K is the row's. Returns ([32, R] ids of the K winners, [R] whether
     the bound held). The program's rows have no NaN or infinite logit here (those take the exact path)."""
     cand = kc < C
-    x = tl.load(row_ptr[None, :] + ids, mask=cand, other=0.0).to(tl.float32)
-    b = tl.load(bias_ptr + ids, mask=cand, other=0.0).to(tl.float32)
-    key = _score(x, 0.0, 0.0, SCORING, ACCURATE) + b
-    hi = _order_bits(key)
+    _s, hi = _candidate_keys(ids, cand, row_ptr, bias_ptr, SCORING, ACCURATE)
     rank = tl.zeros(kc.shape, tl.int32)
     for j in tl.static_range(C):  # candidate j against each: above it by key, or by id on equal keys
-        hj = tl.gather(hi, kc * 0 + j, 0)
-        ij = tl.gather(ids, kc * 0 + j, 0)
-        rank += ((hj > hi) | ((hj == hi) & (ij < ids))).to(tl.int32)
+        rank += _before(tl.gather(hi, kc * 0 + j, 0), tl.gather(ids, kc * 0 + j, 0), hi, ids).to(tl.int32)
     rank = tl.where(cand, rank, 32)
     r_ids = tl.zeros(kc.shape, tl.int32)
     for j in tl.static_range(C):  # output column r takes the candidate of rank r
         r_ids = tl.where(tl.gather(rank, kc * 0 + j, 0) == kc, tl.gather(ids, kc * 0 + j, 0), r_ids)
-    kth = tl.max(tl.where(rank == K - 1, key, float("-inf")), axis=0)  # [R]
+    kth = _key_of32(tl.max(tl.where(rank == K - 1, hi, INT32_MIN), axis=0))  # [R]
     return r_ids, kth > bound
 
 
