@@ -25,10 +25,9 @@ VARIANTS = {
     "extra0": [("C: tl.constexpr = K + 1 + EXTRA", "C: tl.constexpr = K + 1")],  # no candidate past the first loser
     # the fast path alone (every flagged row routed as the fast keys say): the bound of this kernel
     "fast-only": [("    if state == 1:", "    if False:"), ("    if state > 1:", "    if False:")],
-    # the candidates sorted on exact keys in the epilogue (WARP_ROWS_SORT_STEPS = 2, 3), close rows repaired only
-    # where that leaves them unsorted or the bound fails
-    "sort2": [("    if SORT_STEPS > 0:", "    if True:"), ("K, C, SORT_STEPS, SCORING,", "K, C, 2, SCORING,")],
-    "sort3": [("    if SORT_STEPS > 0:", "    if True:"), ("K, C, SORT_STEPS, SCORING,", "K, C, 3, SCORING,")],
+    # the row's largest |bias| as a float max (five shuffles), as before run 166 (shipped: an integer max, one REDUX)
+    "bias-float": [("    bias_mag = _row_max(tl.abs(b).to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)",
+                    "    bias_mag = _row_max(tl.abs(b))")],
     # no repair, no candidate past the first loser: the kernel of runs 153-159
     "run-156": [("    if not REPAIR:", "    if True:"), ("C: tl.constexpr = K + 1 + EXTRA", "C: tl.constexpr = K + 1")],
 }
@@ -61,9 +60,14 @@ def main(argv=None):
     p.add_argument("--seeds", type=int, default=1,
                    help="inputs a T (seeds T, T + 1, ...): each column the mean of their medians (where a program "
                         "falls back varies with the inputs, and so does its cost)")
+    p.add_argument("--variants", help="comma-separated names of VARIANTS to time (default: all)")
     p.add_argument("--no-forced-exact", action="store_true", help="skip the forced-exact column")
     a = p.parse_args(argv)
-    mods = {name: _module(name, edits) for name, edits in VARIANTS.items()}
+    names = a.variants.split(",") if a.variants else list(VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        p.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+    mods = {name: _module(name, VARIANTS[name]) for name in names}
     for name in a.shapes.split(","):
         config, dtype = SHAPES[name]
         for T in [int(t) for t in a.tokens.split(",")]:

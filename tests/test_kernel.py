@@ -21,7 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from moegate import ExpertLayout, ExpertPlacement, RouterConfig, RoutingRecorder, route  # noqa: E402
 from moegate.kernels import router_kernel as rk  # noqa: E402
-from moegate.reference import route_reference, scores_and_keys  # noqa: E402
+from moegate.reference import route_reference, routed_weights, scores_and_keys  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cuda" if HAS_CUDA else "cpu"
@@ -94,31 +94,95 @@ def run_both(logits, config, layout=None, tol="default", near_ties=False, **kw):
     got = route(logits, config, layout, backend="triton", out=out, **kw)
     assert got.weights is out[0] and got.ids is out[1]
     want = route(logits, config, layout, backend="reference", **kw)
-    assert_same_routing(got, want, logits, config, kw.get("bias"), tol=tol, near_ties=near_ties)
+    assert_same_routing(got, want, logits, config, kw.get("bias"), tol=tol, near_ties=near_ties, layout=layout,
+                        expert_scale=kw.get("expert_scale"))
     return got, want
 
 
-def assert_same_routing(got, want, logits, config, bias, tol="default", near_ties=False):
+def assert_same_routing(got, want, logits, config, bias, tol="default", near_ties=False, layout=None,
+                        expert_scale=None):
+    """Ids equal and weights within TOLERANCES[tol]. near_ties: a few rows (at most T / 50, at least 1) may pick
+    other experts than the reference, each column's key within 1e-6 of the reference's (with a bias, s_i + b_i and
+    s_j + b_j may land within an ulp; the kernel's exp / log and torch's may then order them differently). Those rows
+    are still checked: K distinct experts; keys exactly equal in fp64 (equal inputs) ordered by the lower id, before
+    any such expert left out of the picked groups; weights those of the reference's step 6-8 on the picked experts
+    (layout and expert_scale as routed; the expert ids mapped back from placed slots); shared columns equal."""
     gw, gi = got
     ww, wi = want
     assert not torch.isnan(gw).any(), "an output weight was never written"
     assert not (gi == -7).any(), "an output id was never written"
     same = (gi == wi).all(dim=1)
     if near_ties and not bool(same.all()):
-        # With a bias, s_i + b_i and s_j + b_j may land within an ulp of each other; the kernel and
-        # torch may then order them differently. Allowed only for such genuine near-ties, rarely.
+        layout = layout or ExpertLayout()
+        scores32, _ = scores_and_keys(logits, config, bias, torch.float32)
         _, key64 = scores_and_keys(logits, config, bias, torch.float64)
         bad = (~same).nonzero().flatten()
         assert len(bad) <= max(1, logits.shape[0] // 50), f"{len(bad)} rows routed differently"
-        K = config.top_k
+        K, W = config.top_k, key64.shape[1]
+        p2l = None
+        if layout.placement is not None:
+            p2l = torch.tensor(layout.placement.physical_to_logical, device=gi.device, dtype=torch.long)
         for r in bad.tolist():
-            kg = key64[r, gi[r, :K].long()]
-            kw_ = key64[r, wi[r, :K].long()]
+            g, w = gi[r, :K].long(), wi[r, :K].long()
+            if p2l is not None:
+                g, w = p2l[g], p2l[w]
+            assert bool(((g >= 0) & (g < W)).all()), f"row {r}: ids {gi[r]}"
+            assert len(set(g.tolist())) == K, f"row {r}: an expert twice in {gi[r]}"
+            kg, kw_ = key64[r, g], key64[r, w]
             assert torch.allclose(kg, kw_, rtol=1e-6, atol=1e-12), f"row {r}: {gi[r]} vs {wi[r]}"
+            # Exact ties: an expert of the same fp64 key and a lower id (in a group the kernel picked from) comes
+            # first, among the picks or instead of a pick.
+            if config.n_group > 1:
+                gs = W // config.n_group
+                groups = torch.zeros(config.n_group, dtype=torch.bool, device=g.device)
+                groups[g // gs] = True
+                eligible = groups.repeat_interleave(gs)
+            else:
+                eligible = torch.ones(W, dtype=torch.bool, device=g.device)
+            for c in range(K):
+                lower = ((key64[r] == kg[c]) & eligible).nonzero().flatten()
+                lower = lower[lower < g[c]]
+                for j in lower.tolist():
+                    assert j in g[:c].tolist(), f"row {r}: expert {g[c].item()} ahead of {j}, an equal key"
+            exp_w = routed_weights(scores32[r:r + 1], g[None], config, layout,
+                                   None if expert_scale is None else expert_scale.float())[0]
+            torch.testing.assert_close(gw[r, :K], exp_w.to(gw.dtype), **TOLERANCES[tol])
+            torch.testing.assert_close(gi[r, K:], wi[r, K:], rtol=0, atol=0)
+            torch.testing.assert_close(gw[r, K:], ww[r, K:], **TOLERANCES[tol])
         keep = same
         gw, gi, ww, wi = gw[keep], gi[keep], ww[keep], wi[keep]
     torch.testing.assert_close(gi, wi, rtol=0, atol=0)
     torch.testing.assert_close(gw, ww, **TOLERANCES[tol])
+
+
+def test_near_tie_check_fails_wrong_rows():
+    """assert_same_routing(near_ties=True) on doctored routings (no kernel): a row whose two best keys are equal
+    (row 0) and one whose best two are an ulp apart (row 5). It accepts the near tie reported in the other order
+    (their weights with them) and fails an exact tie given to the higher id, an expert twice, columns swapped that
+    are not near ties, and a wrong weight on the near-tie row."""
+    config = RouterConfig(32, 4, scoring="sigmoid", has_correction_bias=True)
+    x, bias = tie_free_logits(60, 32, seed=1).cpu(), torch.zeros(32)
+    ids = route(x, config, bias=bias, backend="reference").ids
+    x[0, ids[0, :2].max()] = x[0, ids[0, :2].min()]
+    x[5, ids[5, 1]] = torch.nextafter(x[5, ids[5, 0]], torch.tensor(-1e9))
+    want = route(x, config, bias=bias, backend="reference")
+
+    def doctored(row, swap=None, dup=False, weight=None):
+        w, i = want.weights.clone(), want.ids.clone()
+        if swap:
+            a, b = swap
+            i[row, a], i[row, b], w[row, a], w[row, b] = i[row, b].item(), i[row, a].item(), w[row, b], w[row, a]
+        if dup:
+            i[row, 1] = i[row, 0]
+        if weight is not None:
+            w[row, 2] = weight
+        return w, i
+
+    assert_same_routing(doctored(5, swap=(0, 1)), want, x, config, bias, near_ties=True)
+    for bad in (doctored(0, swap=(0, 1)), doctored(0, dup=True), doctored(3, swap=(2, 3)),
+                doctored(5, swap=(0, 1), weight=0.5)):
+        with pytest.raises(AssertionError):
+            assert_same_routing(bad, want, x, config, bias, near_ties=True)
 
 
 def assert_identical(a, b):
@@ -1642,8 +1706,10 @@ def test_prefetch_routes_like_the_reference(ahead, monkeypatch):
         for T in (1, 37, 4099, 65536):
             for dtype in (torch.float32, torch.bfloat16):
                 logits = tie_free_logits(T, config.num_scored, dtype, seed=ci * 7 + T)
+                seen.clear()
                 run_both(logits, config, near_ties=dtype != torch.float32, **extras(config, T))
-                assert seen[-1]["PREFETCH_ROWS"] == ahead and seen[-1]["PREFETCH_LINES"] > 0
+                # this launch, on the router kernel (an override keeps the rows-on-warps kernel out)
+                assert len(seen) == 1 and seen[0]["PREFETCH_ROWS"] == ahead and seen[0]["PREFETCH_LINES"] > 0
 
 
 @pytest.mark.parametrize("T", [1, 32, 33, 64, 4096, 8192, 32768, 65536])

@@ -244,27 +244,58 @@ def test_where_the_launcher_takes_it(monkeypatch):
         assert ("R" in seen[0]) is want, (name, T, groups)
 
 
+@pytest.mark.parametrize("override,value", [("approx_keys_override", False), ("prefetch_rows_override", 3),
+                                            ("launch_override", (1, 1)), ("use_pdl_override", False)])
+def test_router_kernel_overrides_keep_it_out(override, value, monkeypatch):
+    """A router-kernel override (an A/B variant, a test) sends a launch the rows-on-warps kernel would take to the
+    router kernel, so that what the override names is what runs; warp_rows_override still forces it on."""
+    config, T = CONFIGS["deepseek-v4"], kr.WARP_ROWS_MIN_TOKENS
+    logits = torch.zeros(T, 256, device=DEVICE)
+    for forced_on, want in ((None, False), (True, True)):
+        monkeypatch.setattr(kr, override, value)
+        monkeypatch.setattr(kr, "warp_rows_override", forced_on)
+        with kr.recorded_launches(run=False) as seen:
+            route(logits, config, bias=_bias(256), backend="triton")
+        assert ("R" in seen[0]) is want, (override, forced_on)
+    monkeypatch.setattr(kr, override, None)
+    monkeypatch.setattr(kr, "warp_rows_override", None)
+    with kr.recorded_launches(run=False) as seen:
+        route(logits, config, bias=_bias(256), backend="triton")
+    assert "R" in seen[0]
+
+
 @needs_cuda
 def test_cuda_graph_replay_and_compile_match_eager():
-    """At T = WARP_ROWS_MIN_TOKENS (the launcher's own choice): a CUDA graph's replay and torch.compile(fullgraph)
-    equal eager."""
+    """At T = WARP_ROWS_MIN_TOKENS (the launcher's own choice): a CUDA graph's replays equal eager on the logits the
+    graph reads at each replay (new values copied in), into outputs poisoned before the capture and each replay; and
+    torch.compile(fullgraph) equals eager."""
     config = CONFIGS["deepseek-v4"]
     T = kr.WARP_ROWS_MIN_TOKENS
     logits, bias = _logits(T, 256, seed=9), _bias(256, seed=9)
     with kr.recorded_launches(run=False) as seen:
         route(logits, config, bias=bias, backend="triton")
     assert "R" in seen[0]
-    eager = route(logits, config, bias=bias, backend="triton")
-    out = (torch.full_like(eager.weights, float("nan")), torch.full_like(eager.ids, -7))
-    route(logits, config, bias=bias, backend="triton", out=out)  # compiled outside the capture
+    out = (torch.empty(T, config.top_k, device=DEVICE), torch.empty(T, config.top_k, dtype=torch.int32, device=DEVICE))
+
+    def poison():
+        out[0].fill_(float("nan"))
+        out[1].fill_(-7)
+
+    static = logits.clone()
+    route(static, config, bias=bias, backend="triton", out=out)  # compiled outside the capture
     graph = torch.cuda.CUDAGraph()
-    out[0].fill_(float("nan"))
+    poison()
     with torch.cuda.graph(graph):
-        route(logits, config, bias=bias, backend="triton", out=out)
-    graph.replay()
-    torch.cuda.synchronize()
-    torch.testing.assert_close(out[1], eager.ids, rtol=0, atol=0)
-    torch.testing.assert_close(out[0], eager.weights, rtol=0, atol=0)
+        route(static, config, bias=bias, backend="triton", out=out)
+    for seed in (10, 11):
+        static.copy_(_logits(T, 256, seed=seed))
+        eager = route(static, config, bias=bias, backend="triton")
+        poison()
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out[1], eager.ids, rtol=0, atol=0)
+        torch.testing.assert_close(out[0], eager.weights, rtol=0, atol=0)
+    eager = route(logits, config, bias=bias, backend="triton")
     compiled = torch.compile(lambda x: route(x, config, bias=bias, backend="triton"), fullgraph=True)(logits)
     torch.testing.assert_close(compiled.ids, eager.ids, rtol=0, atol=0)
     torch.testing.assert_close(compiled.weights, eager.weights, rtol=0, atol=0)
@@ -302,22 +333,18 @@ def test_near_tied_groups_take_the_exact_path(forced, monkeypatch):
 
 
 
-@pytest.mark.parametrize("sort", [0, 2], ids=["repair", "sorted"])
 @pytest.mark.parametrize("extra", [1, 0])
 @pytest.mark.parametrize("name,bias_dtype", [
     ("deepseek-v3", torch.float32), ("deepseek-v3", torch.bfloat16), ("group-max", torch.float32),
     ("sigmoid", torch.float32), ("deepseek-v4", torch.float32), ("512-top22", torch.float32),
 ], ids=["groups-kept", "groups-whole-row", "group-max", "sigmoid", "sqrtsoftplus", "512-top22"])
-def test_close_winners_are_repaired(name, bias_dtype, extra, sort, forced, monkeypatch):
+def test_close_winners_are_repaired(name, bias_dtype, extra, forced, monkeypatch):
     """Two winners' keys equal (row 1: the first two; row 3: the K-th and the first loser), the rest tie-free: the
     fast keys cannot order them; _repair reorders its K + 1 + EXTRA candidates on exact keys (counted) and no program
     takes the exact path, except at the boundary with EXTRA = 0 (the bound on the other lanes then needs the loser's
     fast key below the K-th exact one). Row 5: the K-th, the first and the second loser equal, more than the bound
-    allows whatever EXTRA: repaired, then redone. A constant bias keeps the keys in the logits' order. With the
-    candidates sorted in the epilogue (WARP_ROWS_SORT_STEPS = 2) rows 1 and 3 need no repair (row 3 with EXTRA = 1
-    only: the bound needs a word past the loser); the rest go on to _repair and the exact path as before."""
+    allows whatever EXTRA: repaired, then redone. A constant bias keeps the keys in the logits' order."""
     monkeypatch.setattr(kr, "WARP_ROWS_EXTRA", extra)
-    monkeypatch.setattr(kr, "WARP_ROWS_SORT_STEPS", sort)
     config = CONFIGS[name]
     E, K = config.num_experts, config.top_k
     logits = tie_free_logits(8, E, seed=21)
@@ -334,28 +361,23 @@ def test_close_winners_are_repaired(name, bias_dtype, extra, sort, forced, monke
     tie = one_more[3, K - 1:K + 1].tolist()
     assert set(got.ids[3].tolist()) == set(one_more[3, :K - 1].tolist()) | {min(tie)}  # the tie to the lower id
     _, (redone, repairs, programs) = _counted(logits, config, bias=bias)
-    if sort:
-        assert (redone, repairs, programs) == ((1, 1, 4) if extra else (2, 2, 4))
-    else:
-        assert (redone, repairs, programs) == ((1, 3, 4) if extra else (2, 3, 4))
+    assert (redone, repairs, programs) == ((1, 3, 4) if extra else (2, 3, 4))
 
 
-@pytest.mark.parametrize("sort", [0, 2], ids=["repair", "sorted"])
 @pytest.mark.parametrize("bias_dtype", [torch.bfloat16, torch.float32], ids=["whole-row", "kept"])
-def test_repair_leaves_dropped_groups_out(bias_dtype, sort, forced, monkeypatch):
+def test_repair_leaves_dropped_groups_out(bias_dtype, forced, monkeypatch):
     """DeepSeek-V3 routing, rows whose two best keys tie (row 2: do not) and whose only lanes above the words' base
     (half the best key) are the 8 winners: the words past them lie at distance 0, where the dropped groups' lanes sit
     too when the rounds run on the whole row (bf16 bias: not KEPT). Group 0 is dropped though its lane 0 has the
     row's best key, and lane 0's word is the first at distance 0: _repair must not take it as a candidate (its exact
     key would win), so that program goes to the exact path. On KEPT rounds (fp32 bias) only kept lanes are in the
-    words: repaired (sorted in the epilogue with WARP_ROWS_SORT_STEPS, no repair)."""
-    monkeypatch.setattr(kr, "WARP_ROWS_SORT_STEPS", sort)
+    words: repaired."""
     config = CONFIGS["deepseek-v3"]
     x = torch.full((4, 256), -2.0)  # keys 0.12, below the base
     for g, (a, b) in zip((1, 2, 3, 4), ((2.2, 2.2), (1.4, 1.3), (1.2, 1.1), (1.0, 0.9))):
         x[:, 32 * g], x[:, 32 * g + 1] = a, b  # groups 1-4 kept (scores 1.80, 1.59, 1.52, 1.44), the 8 winners
     x[:, 0] = 4.6  # key 0.99, group 0's score 1.11: dropped
-    x[2, 33] = 2.0  # row 2: no tie, so not close (the sorted candidates must leave lane 0 out there too)
+    x[2, 33] = 2.0  # row 2: no tie, so not close
     x[3] = tie_free_logits(1, 256, seed=4).cpu()  # the second program (rows 2, 3): no fallback
     logits = x.to(DEVICE)
     bias = torch.zeros(256, dtype=bias_dtype, device=DEVICE)
@@ -364,16 +386,15 @@ def test_repair_leaves_dropped_groups_out(bias_dtype, sort, forced, monkeypatch)
     assert forced[0]["KEPT"] is (bias_dtype == torch.float32)
     assert 0 not in got.ids[0].tolist() and 0 not in got.ids[2].tolist()
     _, (redone, repairs, programs) = _counted(logits, config, bias=bias)
-    want = (1, 1, 2) if bias_dtype == torch.bfloat16 else ((0, 0, 2) if sort else (0, 1, 2))
+    want = (1, 1, 2) if bias_dtype == torch.bfloat16 else (0, 1, 2)
     assert (redone, repairs, programs) == want
 
 
 @pytest.mark.parametrize("name", ["deepseek-v3", "group-max", "every-group-kept", "sigmoid", "deepseek-v4",
                                   "eps-clamp", "512-top22", "top-31"])
-def test_sorted_candidates_route_like_the_reference(name, forced, monkeypatch):
-    """WARP_ROWS_SORT_STEPS = 2 (the candidates sorted on exact keys in the epilogue), fp32 and bf16 logits rounded
-    to quarters (ties in every row) with a bias of sixteenths: every row like the reference, into poisoned outputs."""
-    monkeypatch.setattr(kr, "WARP_ROWS_SORT_STEPS", 2)
+def test_tie_heavy_rows_route_like_the_reference(name, forced):
+    """fp32 and bf16 logits rounded to quarters (ties in every row: close rows, _repair and the exact path) with a
+    bias of sixteenths: every row like the reference (ties to the lower id), into poisoned outputs."""
     config = CONFIGS[name]
     E = config.num_experts
     for dtype in (torch.float32, torch.bfloat16):

@@ -713,7 +713,6 @@ AB_VARIANTS["rows-a-warp"] = {"warp_rows_override": True}
 AB_VARIANTS["rows-a-warp-4"] = {"warp_rows_override": True, "WARP_ROWS_ROWS": 4}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}
 AB_VARIANTS["rows-a-warp-extra0"] = {"warp_rows_override": True, "WARP_ROWS_EXTRA": 0}
-AB_VARIANTS["rows-a-warp-sort2"] = {"warp_rows_override": True, "WARP_ROWS_SORT_STEPS": 2}
 for _n in (0, 32, 48):
     AB_VARIANTS[f"rows-a-warp-r{_n}"] = {"warp_rows_override": True, "WARP_ROWS_MAX_REGISTERS": _n}
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one

@@ -325,32 +325,32 @@ shift_words_override: bool | None = None
 # Rows on warps, a row a warp (kernels/warp_rows_kernel.py): sigmoid / sqrt-softplus rows with a bias, E a power of
 # 2 and a multiple of a chunk (128 fp32 / 256 bf16 / fp16 lanes), none of the layout's or the config's extras (scale,
 # softcap, placement, shared slots, padding, capture, packed words, expert scales, p-norms, zero-filled groups).
-# H100, BENCHMARKS.md run 162 (the same launches with it and without, the mean over three inputs a T, each input
-# timed in place: warm in L2 below T ~ 32768): without groups it is faster from T = 2048 (DeepSeek-V4 T=2048 3.32
-# against 3.93 us, 4096 4.49 / 5.26, 16384 11.16 / 12.07, 65536 39.71 / 42.59; T=1024, run 161: 2.99 / 2.19). The
-# bench's table, its inputs rotated over 256 MB (read from HBM), had it slower at T = 4096 / 8192 (run 163: 5.48 /
-# 8.42 us against the router kernel's 5.24 / 8.13 in run 145, another call) and faster at 32768 / 65536 (22.20 /
-# 40.06 against 22.92 / 42.69): until one call times both on rotated inputs, it starts at T = 16384. With groups
-# (WARP_ROWS_GROUPS) level or slower at every T (DeepSeek-V3 fp32 65536 43.52 / 42.79, 16384 13.25 / 12.25; bf16 42.67 /
-# 42.52): its fast path alone is faster (34.6 us at 65536) but a program whose groups' scores are within the keys' error
-# takes the exact path (~14 a launch at 65536), ~8 us of latency a launch waits for. WARP_ROWS_LANES: the row widths it
-# takes by default (512 top-22, run 161: 104.7 against 79.8 us at T = 65536; its rounds run over 16 lanes a thread, the
-# router kernel's on cached words). WARP_ROWS_ROWS rows (= warps) a program; WARP_ROWS_MAX_REGISTERS caps ptxas: the
-# fast path needs 32 (64 warps an SM), the exact path (a function not inlined) spills at 32 (sm_90 SASS, counted
-# offline). WARP_ROWS_REPAIR: close rows reordered on the exact keys of their K + 1 + WARP_ROWS_EXTRA best words
-# (_repair) rather than redone on the exact path (run 162: DeepSeek-V4 65536 39.71 against 41.35 us, 4096 4.49 / 5.76).
-# WARP_ROWS_SORT_STEPS > 0 sorts the candidates on exact keys in the epilogue (_sort_candidates: close rows left to
-# _repair only where that fails): not yet timed, off (docs/kernel.md). warp_rows_override forces the path on (at any
-# T >= 1 and width the config allows) or off (tests, --ab-variants).
+# H100, BENCHMARKS.md run 162 (the same launches with it and without, the mean over three inputs a T, each input timed
+# in place: warm in L2 below T ~ 32768): without groups it is faster from T = 2048 (DeepSeek-V4 T=2048 3.32 against
+# 3.93 us, 4096 4.49 / 5.26, 16384 11.16 / 12.07, 65536 39.71 / 42.59; T=1024, run 161: 2.99 / 2.19). The bench's
+# table, its inputs rotated over 256 MB (read from HBM), had it slower at T = 4096 / 8192 (run 163: 5.48 / 8.42 us
+# against the router kernel's 5.24 / 8.13 in run 145, another call), and in one call (run 166, rotated, the router
+# kernel / this one) 5.23 / 5.47 at 4096, 8.15 / 8.52 at 8192, 12.95 / 13.30 at 16384, 42.59 / 40.01 at 65536 (run
+# 163: 22.20 against 22.92 at 32768): on inputs read from HBM it gains from T = 32768 only, where it starts. With
+# groups (WARP_ROWS_GROUPS) level or slower at every T (DeepSeek-V3 fp32 65536 43.52 / 42.79, 16384 13.25 / 12.25;
+# bf16 42.67 / 42.52): its fast path alone is faster (34.6 us at 65536) but a program whose groups' scores are within
+# the keys' error takes the exact path (~14 a launch at 65536), ~8 us of latency a launch waits for. WARP_ROWS_LANES:
+# the row widths it takes by default (512 top-22, run 161: 104.7 against 79.8 us at T = 65536; its rounds run over 16
+# lanes a thread, the router kernel's on cached words). WARP_ROWS_ROWS rows (= warps) a program;
+# WARP_ROWS_MAX_REGISTERS caps ptxas: the fast path needs 32 (64 warps an SM), the exact path (a function not inlined)
+# spills at 32 (sm_90 SASS, counted offline). WARP_ROWS_REPAIR: close rows reordered on the exact keys of their K + 1
+# + WARP_ROWS_EXTRA best words (_repair) rather than redone on the exact path (run 162: DeepSeek-V4 65536 39.71
+# against 41.35 us, 4096 4.49 / 5.76). warp_rows_override forces the path on (at any T >= 1 and width the config
+# allows) or off (tests, --ab-variants); where it is None, a router-kernel override (_ROUTER_KERNEL_OVERRIDES) keeps
+# the path off.
 WARP_ROWS = True
-WARP_ROWS_MIN_TOKENS = 16384
+WARP_ROWS_MIN_TOKENS = 32768
 WARP_ROWS_GROUPS = False
 WARP_ROWS_LANES = (256,)
 WARP_ROWS_ROWS = 2
 WARP_ROWS_MAX_REGISTERS = 32
 WARP_ROWS_REPAIR = True
 WARP_ROWS_EXTRA = 1
-WARP_ROWS_SORT_STEPS = 0
 warp_rows_override: bool | None = None
 
 
@@ -773,6 +773,18 @@ def _launch(
     )
 
 
+# The overrides that shape the router kernel's launch (tests, --ab-variants). Where one is set, the launcher leaves
+# the rows-on-warps kernel out unless warp_rows_override forces it on, so that a variant named for the router kernel
+# times the router kernel at every T. maxnreg_override and force_exact_override apply to both kernels.
+_ROUTER_KERNEL_OVERRIDES = tuple(name for name in list(globals()) if name.endswith("_override")
+                                 and name not in ("warp_rows_override", "maxnreg_override", "force_exact_override"))
+
+
+def _router_kernel_forced() -> bool:
+    g = globals()
+    return any(g[name] is not None for name in _ROUTER_KERNEL_OVERRIDES)
+
+
 def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, packed, rec_ids, spec: _Spec,
                     logit_scale: float):
     """(rows a program, chunks, lanes a chunk, KEPT, bias offset) where the launch takes the rows-on-warps kernel
@@ -780,7 +792,8 @@ def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, pack
     T = logits.shape[0]
     lanes = spec.N_GROUP * spec.GROUP_SIZE
     on = (WARP_ROWS and T >= WARP_ROWS_MIN_TOKENS and lanes in WARP_ROWS_LANES
-          and (spec.N_GROUP == 1 or WARP_ROWS_GROUPS) if warp_rows_override is None else warp_rows_override)
+          and (spec.N_GROUP == 1 or WARP_ROWS_GROUPS) and not _router_kernel_forced()
+          if warp_rows_override is None else warp_rows_override)
     if not on or T < 1 or bias is None or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return None
     if (spec.SCORING not in (1, 2) or spec.SELECT_LOGITS or spec.HASH or spec.HAS_SOFTCAP or logit_scale != 1.0
@@ -817,7 +830,7 @@ def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float
         K=spec.K, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
         GROUP_MAX=bool(spec.GROUP_MAX), SCORING=spec.SCORING, RENORMALIZE=bool(spec.RENORMALIZE),
         EPS_CLAMP=bool(spec.EPS_CLAMP), APPLY_RSF=bool(spec.APPLY_RSF), R=rows, NC=chunks, LT=chunk, KEPT=kept,
-        REPAIR=WARP_ROWS_REPAIR, EXTRA=min(WARP_ROWS_EXTRA, 31 - spec.K), SORT_STEPS=WARP_ROWS_SORT_STEPS,
+        REPAIR=WARP_ROWS_REPAIR, EXTRA=min(WARP_ROWS_EXTRA, 31 - spec.K),  # at most 32 words: K = 31 finds no extra
         FORCE_EXACT=force_exact_override,
         COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(), num_warps=rows, **extra,
     )

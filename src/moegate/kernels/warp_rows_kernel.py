@@ -21,24 +21,23 @@ One row, on the fast path (docs/kernel.md, "Rows on warps, a row a warp"):
 3. distance words below the row's best key, (distance << 8) | inverted lane, and K + 1 + EXTRA rounds of one
    unsigned max (the router's rounds): the K winners, the first loser and EXTRA more words (_repair's candidates);
 4. checks that send the row to the exact path: a NaN key; a group's second (or, for GROUP_MAX, top) key below +0.0
-   or the words' base below 0 (raw bits order only keys >= +0.0); a dropped group's score within four keys' errors
-   of a kept one; a first loser below the normal floats. And close rows: two adjacent words of the K winners and the
-   first loser closer than two keys' errors (their gap in order bits, the largest round step, times an ulp of the
-   lower key), which also catches the K-th winner on the distance clamp.
+   or the words' base below 0 (raw bits order only keys >= +0.0); a dropped group's score within two keys' errors
+   of a kept one (four for top-two sums); a first loser below the normal floats. And close rows: two adjacent
+   words of the K winners and the first loser closer than two keys' errors (their gap in order bits, the largest
+   round step, times an ulp of the lower key), which also catches the K-th winner on the distance clamp.
 Every program then stores its rows (the epilogue: the winners' logits gathered again, scored exactly, renormalised
 (p = 1), eps added or clamped, scaled by rsf), and reduces its rows' flags across its warps once. A program with close
-rows and no flag (REPAIR) reorders the K + 1 + EXTRA candidates on their exact keys (_repair) and stores again where
-the bound on the other lanes holds (with SORT_STEPS, the epilogue itself sorts the candidates on exact keys, and only
-the close rows that leaves unsorted or unbounded go on to _repair); a program with a flagged row, a failed repair (or
-FORCE_EXACT) redoes its R rows on the exact path and stores them again: exact keys (libdevice, IEEE division and
-square root: the reference's bits), dead lanes (NaN, -inf) at -inf, groups ranked by counting (ties to the lower
-group), K rounds of two maxes (the best key bits, then its lowest lane), on the same tiles and layout, in a function
-not inlined (its registers, spilled, do not set the fast path's). The fallbacks cost a launch their latency, not their
-throughput (docs/kernel.md).
+rows and no flag (REPAIR) reorders the K + 1 + EXTRA candidates on their exact keys (_repair) and stores again where the
+bound on the other lanes holds; a program with a flagged row, a failed repair (or FORCE_EXACT) redoes its R rows on the
+exact path and stores them again: exact keys (libdevice, IEEE division and square root: the reference's bits), dead
+lanes (NaN, -inf) at -inf, groups ranked by counting (ties to the lower group), K rounds of two maxes (the best key
+bits, then its lowest lane), on the same tiles and layout, in a function not inlined (its registers, spilled, do not set
+the fast path's). The fallbacks cost a launch their latency, not their throughput (docs/kernel.md).
 
 What it does not do (the launcher sends such calls to the router kernel): logit scale or softcap, logits
 selection, no bias, softmax, hash routing, placement, shared slots, padding, capture, packed words, expert scales,
-p-norms, zero-filled groups, a row that is not 128 * k lanes wide (E = W), K > 31.
+p-norms, zero-filled groups, K > 31, and rows whose width (E = W) is not a power of two and a multiple of a chunk
+(32 threads' 16-byte loads: 128 fp32 or 256 bf16 / fp16 lanes): E = 384 takes the router kernel.
 """
 
 import triton
@@ -99,7 +98,6 @@ def _warp_rows_kernel(
     KEPT: tl.constexpr,  # rounds on the kept groups' lanes (TOPK_GROUP * GROUP_SIZE == 128)
     REPAIR: tl.constexpr,  # close rows to _repair (else to the exact path)
     EXTRA: tl.constexpr,  # _repair's candidates past the first loser
-    SORT_STEPS: tl.constexpr,  # > 0: the candidates sorted on exact keys in the epilogue (_sort_candidates)
     FORCE_EXACT: tl.constexpr,  # every program takes the exact path (tests)
     COUNT_FALLBACKS: tl.constexpr,
     ACCURATE: tl.constexpr,
@@ -117,7 +115,10 @@ def _warp_rows_kernel(
     x = tl.load(row_ptr[:, None, None] + lane3).to(tl.float32)  # [R, NC, LT]
     b = tl.load(bias_ptr + lane3).to(tl.float32)
     key = _fast_keys(x, b, SCORING, ACCURATE)
-    bias_mag = _row_max(tl.abs(b))  # bounds a sqrt-softplus score by its key (_key_err)
+    # The largest |bias| bounds a sqrt-softplus score by its key (_key_err): a max of the bits (|b| >= +0.0 orders as
+    # its bits do), one REDUX where a float max takes five shuffles (H100 run 166: DeepSeek-V4 T = 65536 39.46
+    # against 40.14 us).
+    bias_mag = _row_max(tl.abs(b).to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
     hi = key.to(tl.int32, bitcast=True)  # raw bits: order keys >= +0.0 as the order bits do
     flag = rows < 0  # [R] False
     if N_GROUP > 1:
@@ -212,22 +213,8 @@ def _warp_rows_kernel(
     # took ~15% longer (H100: DeepSeek-V3 fp32 T = 65536 39.3 against 33.4 us without the exact path); after the
     # stores a warp has nothing left to do, and the program holds its slot until its last warp ends either way. The
     # barrier also orders the two writes of an output.
-    if SORT_STEPS > 0:
-        # The candidates' exact keys in the epilogue's gather (one a thread: the same instructions as the K winners'),
-        # SORT_STEPS odd-even steps on them; a close row stays on the fast path where they end sorted and the K-th
-        # exact key beats the bound on the other lanes (as in _repair).
-        bound = _repair_bound(base, cur, bias_mag, LANE_BITS, SCORING, N_GROUP > 1 and not KEPT)
-        cand = kc < C
-        if N_GROUP > 1 and not KEPT:
-            cand = cand & ((wk >> LANE_BITS) > 0)  # not a dropped group's lane (their words lie at distance 0)
-        ids, scores, sorted_ok = _sort_candidates(ids, kc, cand, bound, row_ptr, bias_ptr, K, C, SORT_STEPS, SCORING,
-                                                  ACCURATE)
-        close = close & (sorted_ok == 0)
-        _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
-                  EPS_CLAMP, APPLY_RSF, ACCURATE, scores)
-    else:
-        _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
-                  EPS_CLAMP, APPLY_RSF, ACCURATE)
+    _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
+              EPS_CLAMP, APPLY_RSF, ACCURATE)
     # One reduction across the warps: 2 or more, a row for the exact path; 1, close rows only (_repair).
     state = tl.max(flag.to(tl.int32) * 2 + close.to(tl.int32), axis=0)
     if FORCE_EXACT:
@@ -265,52 +252,9 @@ def _repair_bound(base, cur, bias_mag, LANE_BITS: tl.constexpr, SCORING: tl.cons
 
 
 @triton.jit
-def _candidate_keys(ids, cand, row_ptr, bias_ptr, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
-    """The candidates' (ids where cand, one a thread of [32, R]) logits and bias read back: (exact scores, order
-    bits of their exact keys). Their rows hold no NaN or infinite logit where the result is used."""
-    x = tl.load(row_ptr[None, :] + ids, mask=cand, other=0.0).to(tl.float32)
-    b = tl.load(bias_ptr + ids, mask=cand, other=0.0).to(tl.float32)
-    score = _score(x, 0.0, 0.0, SCORING, ACCURATE)
-    return score, _order_bits(score + b)
-
-
-@triton.jit
 def _before(h_a, id_a, h_b, id_b):
     """1 where candidate a comes before b in the reference's order: the higher key (order bits), then the lower id."""
     return (h_a > h_b) | ((h_a == h_b) & (id_a < id_b))
-
-
-@triton.jit
-def _sort_candidates(ids, kc, cand, bound, row_ptr, bias_ptr, K: tl.constexpr, C: tl.constexpr,
-                     STEPS: tl.constexpr, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
-    """SORT_STEPS: the C candidates (ids, one a thread of [32, R], in the fast keys' order) read back, scored exactly,
-    and sorted by STEPS odd-even transposition steps on (exact key, lower id) through warp shuffles; lanes outside
-    cand rank last. Returns (ids, exact scores, [R] 1 where the C positions end sorted and the K-th exact key beats
-    bound, so that the first K are the row's winners in order). Rows with a NaN or infinite logit take the exact path
-    whatever this returns."""
-    score, hk = _candidate_keys(ids, cand, row_ptr, bias_ptr, SCORING, ACCURATE)
-    hk = tl.where(cand, hk, INT32_MIN)
-    for step in tl.static_range(STEPS):
-        if step % 2 == 0:
-            partner = kc ^ 1  # pairs (0, 1), (2, 3), ...
-        else:
-            partner = ((kc + 1) ^ 1) - 1  # pairs (1, 2), (3, 4), ...
-        at = tl.minimum(tl.maximum(partner, 0), 31)
-        hp = tl.gather(hk, at, 0)
-        ip = tl.gather(ids, at, 0)
-        sp = tl.gather(score, at, 0)
-        beats = _before(hp, ip, hk, ids)  # the partner comes first
-        swap = (partner >= 0) & (partner < C) & (kc < C) & ((kc < partner) == beats)
-        hk = tl.where(swap, hp, hk)
-        ids = tl.where(swap, ip, ids)
-        score = tl.where(swap, sp, score)
-    nxt = tl.minimum(kc + 1, 31)
-    hn = tl.gather(hk, nxt, 0)
-    i_n = tl.gather(ids, nxt, 0)
-    in_order = (kc >= C - 1) | _before(hk, ids, hn, i_n)
-    kth = _key_of32(tl.gather(hk, kc * 0 + (K - 1), 0))  # the K-th exact key, on every thread
-    ok = in_order & (kth > bound[None, :])
-    return ids, score, tl.min(ok.to(tl.int32), axis=0)
 
 
 @triton.jit
@@ -323,7 +267,9 @@ def _repair(ids, kc, bound, row_ptr, bias_ptr, K: tl.constexpr, C: tl.constexpr,
     candidates beats it, the candidates' exact top K is the row's. Returns ([32, R] ids of the K winners, [R] whether
     the bound held). The program's rows have no NaN or infinite logit here (those take the exact path)."""
     cand = kc < C
-    _s, hi = _candidate_keys(ids, cand, row_ptr, bias_ptr, SCORING, ACCURATE)
+    x = tl.load(row_ptr[None, :] + ids, mask=cand, other=0.0).to(tl.float32)
+    b = tl.load(bias_ptr + ids, mask=cand, other=0.0).to(tl.float32)
+    hi = _order_bits(_score(x, 0.0, 0.0, SCORING, ACCURATE) + b)  # the candidates' exact keys
     rank = tl.zeros(kc.shape, tl.int32)
     for j in tl.static_range(C):  # candidate j against each: above it by key, or by id on equal keys
         rank += _before(tl.gather(hi, kc * 0 + j, 0), tl.gather(ids, kc * 0 + j, 0), hi, ids).to(tl.int32)
@@ -338,15 +284,12 @@ def _repair(ids, kc, bound, row_ptr, bias_ptr, K: tl.constexpr, C: tl.constexpr,
 @triton.jit
 def _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K: tl.constexpr,
               SCORING: tl.constexpr, RENORMALIZE: tl.constexpr, EPS_CLAMP: tl.constexpr, APPLY_RSF: tl.constexpr,
-              ACCURATE: tl.constexpr, scores=None):
+              ACCURATE: tl.constexpr):
     """Steps 6-8 on [32, R] winners (column K and beyond ignored): the winners' logits gathered again and scored
-    exactly (or their exact scores given), renormalised, scaled; weights and ids stored for the rows < T."""
+    exactly, renormalised, scaled; weights and ids stored for the rows < T."""
     live = kc < K
-    if scores is None:
-        xw = _gather_logits(row_ptr[None, :], ids, 1, live, 1.0, 1.0, False, False, ACCURATE)
-        w = tl.where(live, _score(tl.where(live, xw, 0.0), 0.0, 0.0, SCORING, ACCURATE), 0.0)
-    else:
-        w = tl.where(live, scores, 0.0)
+    xw = _gather_logits(row_ptr[None, :], ids, 1, live, 1.0, 1.0, False, False, ACCURATE)
+    w = tl.where(live, _score(tl.where(live, xw, 0.0), 0.0, 0.0, SCORING, ACCURATE), 0.0)
     if RENORMALIZE:
         denom = _renorm_denom(tl.sum(w, axis=0), renorm_eps, EPS_CLAMP)  # [R]
         w = tl.where(denom[None, :] > 0, _div_nonneg(w, denom[None, :]), 0.0)
