@@ -39,9 +39,10 @@ pytestmark = pytest.mark.skipif(
 )
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device (CUDA graphs); none is available")
 
-# Weights: fp32 arithmetic throughout, so one tolerance whatever the logits' dtype (docs/contract.md); the
-# p-norm goes through pow twice and gets a few ulps more.
-TOLERANCES = {"default": dict(rtol=1e-6, atol=1e-7), "pnorm": dict(rtol=4e-6, atol=1e-7)}
+# Weights: fp32 arithmetic throughout, so one tolerance whatever the logits' dtype (docs/contract.md): 1e-6
+# relative, as issue 3 asks (atol 1e-9 only for weights near 0; 1e-7 let a weight of 0.03 off by 3e-6 relative
+# pass); the p-norm goes through pow twice and gets a few ulps more.
+TOLERANCES = {"default": dict(rtol=1e-6, atol=1e-9), "pnorm": dict(rtol=4e-6, atol=1e-9)}
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 TOKEN_COUNTS = (0, 1, 37, 199, 1024) if FULL else (0, 1, 37, 199)
 
@@ -1109,7 +1110,7 @@ def test_logit_keys_equal_runs_in_bf16_and_fp16(path, dtype, monkeypatch):
         _, key64 = scores_and_keys(logits, config, None, torch.float64)
         for r in (~same).nonzero().flatten().tolist():
             torch.testing.assert_close(key64[r, got.ids[r].long()], key64[r, want.ids[r].long()], rtol=1e-6, atol=0)
-        torch.testing.assert_close(got.weights[same], want.weights[same], rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(got.weights[same], want.weights[same], **TOLERANCES["default"])
         monkeypatch.setattr(kr, "force_exact_override", True)
         torch.testing.assert_close(got.ids, route(logits, config, backend="triton").ids, rtol=0, atol=0, msg=label)
         monkeypatch.setattr(kr, "force_exact_override", False)
@@ -1199,7 +1200,7 @@ def test_truncated_softmax_on_logit_words(config, dtype, launch, monkeypatch):
         torch.testing.assert_close(got.ids, exact.ids, rtol=0, atol=0, msg=f"words of logits: {on}")
         same = (got.ids == want.ids).all(dim=1)
         assert bool(same[:48].all())
-        torch.testing.assert_close(got.weights[same], want.weights[same], rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(got.weights[same], want.weights[same], **TOLERANCES["default"])
     if dtype == torch.bfloat16:  # bf16 N(0, 1) rows tie often among the top K + 1; fp16 rarely
         assert redo[True] < redo[False], redo
 
@@ -1303,7 +1304,7 @@ def test_rounds_on_cached_group_words(config, depth, dtype, monkeypatch):
         got, (redo, _, programs) = _counted(x[rows], config, out=(weights, ids), **kw)
         assert seen[-1]["CACHE_DEPTH"] == depth and seen[-1]["CACHE_VEC"] == vec and seen[-1]["BLOCK_M"] == 1
         torch.testing.assert_close(ids, want.ids[rows], rtol=0, atol=0)
-        torch.testing.assert_close(weights, want.weights[rows], rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(weights, want.weights[rows], **TOLERANCES["default"])
         launch = seen[-1]
         assert not launch["APPROX_REPAIR"]
         rounds = K + 1 if (launch["DIST_SHIFT"] or launch["APPROX_KEYS"] or launch["LOGIT_KEYS"]) else K
@@ -1389,7 +1390,7 @@ def test_shifted_round_words_route_like_selected(case, monkeypatch):
         assert seen[-1]["SHIFT_WORDS"] is shift and seen[-1]["BLOCK_M"] == 1
         assert got.ids is out[1]
         torch.testing.assert_close(got.ids, want.ids, rtol=0, atol=0)
-        torch.testing.assert_close(got.weights, want.weights, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(got.weights, want.weights, **TOLERANCES["default"])
     assert counts[True] == counts[False], counts
     if case == "repair":
         assert seen[-1]["APPROX_REPAIR"]
@@ -1432,7 +1433,7 @@ def test_logit_keys_of_one_row_a_program_span_wide_logits(E, K, dtype, monkeypat
     assert redo <= 2, redo  # (winners closer than the scores' rounding, ~1.5% of fp32 rows, redo their rows)
     want = route(logits, config, backend="reference")
     torch.testing.assert_close(got.ids, want.ids, rtol=0, atol=0)
-    torch.testing.assert_close(got.weights, want.weights, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(got.weights, want.weights, **TOLERANCES["default"])
     if dtype == torch.float32:  # one binade of span (as before): the rows of a quarter to half all redone
         monkeypatch.setattr(kr, "logit_span_override", 0)
         got, (redo, _, _) = _counted(logits, config)
@@ -1454,7 +1455,7 @@ def test_logit_keys_of_one_row_a_program_span_wide_logits(E, K, dtype, monkeypat
     got = route(ties, config, backend="triton")
     want = route(ties, config, backend="reference")
     torch.testing.assert_close(got.ids, want.ids, rtol=0, atol=0)
-    torch.testing.assert_close(got.weights, want.weights, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(got.weights, want.weights, **TOLERANCES["default"])
     monkeypatch.setattr(kr, "force_exact_override", True)
     torch.testing.assert_close(got.ids, route(ties, config, backend="triton").ids, rtol=0, atol=0)
 
@@ -1513,9 +1514,9 @@ def test_softmax_logit_keys_route_like_exact_scores(E, K, split, pair, monkeypat
     torch.testing.assert_close(fast.ids, exact.ids, rtol=0, atol=0)
     torch.testing.assert_close(fast.ids, scored.ids, rtol=0, atol=0)
     # Weights exp(x - m) / sum against (exp(x - m) / S) / sum: a few ulps apart.
-    torch.testing.assert_close(fast.weights, scored.weights, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(fast.weights, scored.weights, **TOLERANCES["default"])
     ref_weights = route_reference(logits, config)[0]
-    torch.testing.assert_close(fast.weights.sum(-1), ref_weights.sum(-1), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(fast.weights.sum(-1), ref_weights.sum(-1), **TOLERANCES["default"])
     monkeypatch.setattr(kr, "logit_keys_override", None)
     for force in (False, True):
         monkeypatch.setattr(kr, "force_exact_override", force)
