@@ -1,7 +1,7 @@
 """Diagnostics for the rows-on-warps kernel: the kernel as shipped against copies of it with parts removed, timed
 side by side on the benchmark's inputs (BENCHMARKS.md). GPU only.
 
-    PYTHONPATH=src python scripts/warp_rows_ab.py [--tokens 1024,4096,65536] [--seeds 3]
+    PYTHONPATH=src python scripts/warp_rows_ab.py [--tokens 1024,4096,65536] [--seeds 3] [--variants shipped,fast-only]
 """
 
 import argparse
