@@ -40,8 +40,9 @@ import time
 import torch
 
 from moegate import ExpertLayout, ExpertPlacement, RouterConfig, check_routing, preset, preset_names, route
+from moegate.check import _tie_order_violation
 from moegate.kernels import router as kr
-from moegate.reference import outside_domain, scores_and_keys
+from moegate.reference import outside_domain
 
 WIDTHS = (8, 16, 32, 60, 64, 72, 96, 128, 160, 256, 288, 384, 512, 640, 896, 1024)
 TOKENS = (1, 2, 7, 33, 64, 200, 1000, 2048, 4096, 5000, 8192, 16384, 32768, 65536)
@@ -223,36 +224,6 @@ def case_tags(seed: int, max_tokens: int, max_width: int = max(WIDTHS), min_toke
     return tags
 
 
-def _tie_order_violation(gi, rows, logits, config, layout, bias):
-    """What breaks the lower-id rule among rows (those routed otherwise than the reference), or None: an expert
-    picked ahead of (or instead of) a lower id of exactly the same key (fp64 keys equal: equal inputs), from a group
-    the row picked from. check_routing forgives near ties either way, so it does not test this rule."""
-    if not len(rows) or config.routing == "hash":
-        return None
-    K = config.top_k
-    _, key64 = scores_and_keys(logits[rows], config, bias, torch.float64)
-    W = key64.shape[1]
-    p2l = None
-    if layout.placement is not None:
-        p2l = torch.tensor(layout.placement.physical_to_logical, device=gi.device, dtype=torch.long)
-    for i, r in enumerate(rows.tolist()):
-        g = gi[r, :K].long()
-        g = p2l[g] if p2l is not None else g
-        eligible = torch.ones(W, dtype=torch.bool, device=g.device)
-        if config.n_group > 1:
-            gs = W // config.n_group
-            groups = torch.zeros(config.n_group, dtype=torch.bool, device=g.device)
-            groups[g // gs] = True
-            eligible = groups.repeat_interleave(gs)
-        for c in range(K):
-            lower = ((key64[i] == key64[i, g[c]]) & eligible).nonzero().flatten()
-            lower = [j for j in lower.tolist() if j < int(g[c]) and j not in g[:c].tolist()]
-            if lower:
-                return (f"row {r}: expert {int(g[c])} in column {c} ahead of expert {lower[0]}, whose key is equal "
-                        f"(ties go to the lower id): kernel {gi[r].tolist()}")
-    return None
-
-
 def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTHS), min_tokens: int = 1,
              paths: dict | None = None, seen: list | None = None) -> tuple[str, str | None]:
     """(description, None) when the kernel routes like the reference, else (description, what differs). ``paths``:
@@ -305,7 +276,7 @@ def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTH
         r = int(differ.nonzero()[0])
         return desc, (f"{int(differ.sum())} of {T} rows differ from the reference (row {r}: kernel {gi[r].tolist()} "
                       f"reference {wi[r].tolist()})")
-    tie = _tie_order_violation(gi, differ.nonzero().flatten(), logits, config, layout, kw.get("bias"))
+    tie = _tie_order_violation(gi, logits, config, layout, kw.get("bias"), differ.nonzero().flatten())
     if tie is not None:
         return desc, tie
     rows = (differ | undefined).nonzero().flatten()

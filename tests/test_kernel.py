@@ -20,6 +20,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from moegate import ExpertLayout, ExpertPlacement, RouterConfig, RoutingRecorder, route  # noqa: E402
+from moegate.check import _tie_order_violation, logical_routed_ids  # noqa: E402
 from moegate.kernels import router_kernel as rk  # noqa: E402
 from moegate.reference import route_reference, routed_weights, scores_and_keys  # noqa: E402
 
@@ -120,31 +121,15 @@ def assert_same_routing(got, want, logits, config, bias, tol="default", near_tie
         bad = (~same).nonzero().flatten()
         assert len(bad) <= max(1, logits.shape[0] // 50), f"{len(bad)} rows routed differently"
         K, W = config.top_k, key64.shape[1]
-        p2l = None
-        if layout.placement is not None:
-            p2l = torch.tensor(layout.placement.physical_to_logical, device=gi.device, dtype=torch.long)
+        tie = _tie_order_violation(gi, logits, config, layout, bias, bad)
+        assert tie is None, tie
+        logical = logical_routed_ids(gi[:, :K], config, layout)
         for r in bad.tolist():
-            g, w = gi[r, :K].long(), wi[r, :K].long()
-            if p2l is not None:
-                g, w = p2l[g], p2l[w]
+            g, w = logical[r], logical_routed_ids(wi[r:r + 1, :K], config, layout)[0]
             assert bool(((g >= 0) & (g < W)).all()), f"row {r}: ids {gi[r]}"
             assert len(set(g.tolist())) == K, f"row {r}: an expert twice in {gi[r]}"
             kg, kw_ = key64[r, g], key64[r, w]
             assert torch.allclose(kg, kw_, rtol=1e-6, atol=1e-12), f"row {r}: {gi[r]} vs {wi[r]}"
-            # Exact ties: an expert of the same fp64 key and a lower id (in a group the kernel picked from) comes
-            # first, among the picks or instead of a pick.
-            if config.n_group > 1:
-                gs = W // config.n_group
-                groups = torch.zeros(config.n_group, dtype=torch.bool, device=g.device)
-                groups[g // gs] = True
-                eligible = groups.repeat_interleave(gs)
-            else:
-                eligible = torch.ones(W, dtype=torch.bool, device=g.device)
-            for c in range(K):
-                lower = ((key64[r] == kg[c]) & eligible).nonzero().flatten()
-                lower = lower[lower < g[c]]
-                for j in lower.tolist():
-                    assert j in g[:c].tolist(), f"row {r}: expert {g[c].item()} ahead of {j}, an equal key"
             exp_w = routed_weights(scores32[r:r + 1], g[None], config, layout,
                                    None if expert_scale is None else expert_scale.float())[0]
             torch.testing.assert_close(gw[r, :K], exp_w.to(gw.dtype), **TOLERANCES[tol])

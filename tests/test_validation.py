@@ -501,3 +501,31 @@ def test_wrong_types_are_type_errors_across_the_api():
         check_routing(w, ids, cfg, rtol="1e-5")
     with pytest.raises(ValueError, match="rtol"):
         check_routing(w, ids, cfg, rtol=-1.0)
+
+
+def test_tie_order_check_fails_a_tie_to_the_higher_id():
+    """moegate.check._tie_order_violation (which the kernel tests and the GPU fuzz run on the rows check_routing
+    forgives as near ties): an exact tie (equal logits) routed to the higher id first, or the higher id picked instead
+    of the lower, is reported, through a placement too; the reference's own order is not."""
+    from moegate.check import _tie_order_violation
+
+    config = RouterConfig(16, 2, scoring="sigmoid", has_correction_bias=True)
+    bias = torch.zeros(16)
+    logits = torch.linspace(-1.0, 1.0, 16).repeat(3, 1)
+    logits[:, 3] = logits[:, 15]  # experts 3 and 15 tie at the top
+    logits[2, 14] = logits[2, 15]  # row 2: 3, 14 and 15 tie; the reference takes 3 and 14
+    rows = torch.arange(3)
+    placed = ExpertLayout(placement=ExpertPlacement(tuple(range(15, -1, -1)), 16), replica_policy="first")
+    for layout in (ExpertLayout(), placed):
+        want = route(logits, config, layout, bias=bias, backend="reference").ids
+        slot = (lambda e: 15 - e) if layout.placement is not None else (lambda e: e)
+        assert want.tolist() == [[slot(3), slot(15)], [slot(3), slot(15)], [slot(3), slot(14)]]
+        assert _tie_order_violation(want, logits, config, layout, bias, rows) is None
+        swapped = want.clone()
+        swapped[1] = torch.tensor([slot(15), slot(3)])
+        assert "row 1: expert 15 in column 0 ahead of expert 3" in _tie_order_violation(
+            swapped, logits, config, layout, bias, rows)
+        instead = want.clone()
+        instead[2] = torch.tensor([slot(3), slot(15)])
+        assert "row 2: expert 15 in column 1 ahead of expert 14" in _tie_order_violation(
+            instead, logits, config, layout, bias, rows)

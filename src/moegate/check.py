@@ -75,6 +75,38 @@ def logical_routed_ids(ids: torch.Tensor, config: RouterConfig, layout: ExpertLa
     return torch.where(physical >= 0, p2l.long()[physical.clamp(min=0)], physical)
 
 
+def _tie_order_violation(ids: torch.Tensor, logits: torch.Tensor, config: RouterConfig, layout: ExpertLayout,
+                         bias: torch.Tensor | None, rows: torch.Tensor) -> str | None:
+    """The first break of the lower-id rule among ``rows`` (indices into ``ids`` [T, K + C] and ``logits``), or None:
+    a routed expert ahead of, or picked instead of, an expert of a lower id and the same fp64 key (equal inputs, so
+    the keys tie in any arithmetic), from a group the row picked from. check_routing forgives near ties either way and
+    so leaves this rule out; the kernel tests and the GPU fuzz hold the rows they forgive to it."""
+    if not len(rows) or config.routing == "hash":
+        return None
+    K = config.top_k
+    _, key64 = scores_and_keys(logits[rows], config, bias, torch.float64)  # [n, W]
+    W = key64.shape[1]
+    logical = logical_routed_ids(ids[rows, :K], config, layout)  # [n, K]
+    for i, r in enumerate(rows.tolist()):
+        g = logical[i]
+        eligible = torch.ones(W, dtype=torch.bool, device=g.device)
+        if config.n_group > 1:
+            gs = W // config.n_group
+            groups = torch.zeros(config.n_group, dtype=torch.bool, device=g.device)
+            groups[g[g >= 0] // gs] = True
+            eligible = groups.repeat_interleave(gs)
+        picked = g.tolist()
+        for c, e in enumerate(picked):
+            if e < 0:
+                continue
+            equal = ((key64[i] == key64[i, e]) & eligible).nonzero().flatten().tolist()
+            lower = [j for j in equal if j < e and j not in picked[:c]]
+            if lower:
+                return (f"row {r}: expert {e} in column {c} ahead of expert {lower[0]}, whose key is equal (ties go "
+                        "to the lower id)")
+    return None
+
+
 def check_routing(
     weights: torch.Tensor,
     ids: torch.Tensor,
