@@ -153,7 +153,7 @@ CASES = [
     _ds3("glm4v_moe", "glm4v_moe", "Glm4vMoeTextConfig", "Glm4vMoeTextTopkRouter"),
     _ds3("glm_moe_dsa", "glm_moe_dsa", "GlmMoeDsaConfig", "GlmMoeDsaTopkRouter"),
     _ds3("glm5_next", "glm5_next", "Glm5NextTextConfig", "Glm5NextTextTopkRouter"),
-    _ds3("dots1", "dots1", "Dots1Config", "Dots1TopkRouter", layer_kwargs={"n_shared_experts": 1}),
+    _ds3("dots1", "dots1", "Dots1Config", "Dots1TopkRouter", ek={**EK_ROUTED, "n_shared_experts": 2}),
     _ds3("dots3_note", "dots3_note", "Dots3NoteTextConfig", "Dots3NoteTextTopkRouter"),
     *[_c(f"dots3_note_vision-block{layer}", "dots3_note", "Dots3NoteVisionConfig", "Dots3NoteVisionTopKRouter",
          {"hidden_size": H, "num_attention_heads": 4, "adapter_in_dim": H, "num_hidden_layers": 3,
@@ -726,11 +726,42 @@ def test_keys_that_the_model_reads_otherwise_or_refuses():
                        ({"model_type": "kimi_linear", "num_expert_group": None}, "no value for 'num_expert_group'")):
         with pytest.raises(ValueError, match=match):
             from_hf_config(bad)
-    # AXK2's router skips the group step when either count is None (its route_tokens_to_experts).
-    for groups in ({"n_group": None, "topk_group": None}, {"n_group": 8, "topk_group": None}, {"n_group": None}):
+    # AXK2's router skips the group step when n_group is None; its config refuses one count null without the other.
+    for groups in ({"n_group": None, "topk_group": None}, {}):
         cfg = from_hf_config({"model_type": "axk2", **groups})
         assert (cfg.n_group, cfg.topk_group) == (1, 1)
+    for groups in ({"n_group": 8, "topk_group": None}, {"n_group": 8}, {"n_group": None, "topk_group": 2}):
+        with pytest.raises(ValueError, match="must be set together"):
+            from_hf_config({"model_type": "axk2", **groups})
     assert from_hf_config({"model_type": "axk2", "n_group": 8, "topk_group": 4}).n_group == 8
+
+
+def test_review_config_values_are_not_coerced():
+    """A review against transformers 5.24 (2026-12-06): switches were read with bool() ("false" turned renormalising
+    on), counts with int() (1.5 shared experts became 1) and a null shared count became 0 shared experts, where the
+    families' config classes refuse such values and their blocks fail on them; Cohere2-MoE's combination strategy
+    was checked without shared experts, where its block never reads it."""
+    for bad, match in (({"model_type": "qwen3_moe", "norm_topk_prob": "false"}, "norm_topk_prob must be true"),
+                       ({"model_type": "deepseek_v3", "norm_topk_prob": 0}, "norm_topk_prob must be true"),
+                       ({"model_type": "mistral4", "norm_topk_prob": "no"}, "norm_topk_prob must be true"),
+                       ({"model_type": "deepseek_v3", "n_shared_experts": 1.5}, "n_shared_experts must be a whole"),
+                       ({"model_type": "deepseek_v3", "n_shared_experts": True}, "n_shared_experts must be a whole"),
+                       ({"model_type": "deepseek_v3", "n_group": "8"}, "n_group must be a whole"),
+                       ({"model_type": "deepseek_v3", "n_shared_experts": None}, "no value for 'n_shared_experts'"),
+                       ({"model_type": "dots1", "n_routed_experts": 16, "num_experts_per_tok": 4},
+                        "no value for 'n_shared_experts'"),
+                       ({"model_type": "dots3_note_text", "n_shared_experts": 0}, "at least 1"),
+                       ({"model_type": "longcat_flash", "zero_expert_num": None}, "no value for 'zero_expert_num'")):
+        with pytest.raises(ValueError, match=match):
+            from_hf_config(bad)
+    # A null switch is off, as the routers' truth tests have it; whole floats are counts.
+    assert from_hf_config({"model_type": "qwen3_moe", "norm_topk_prob": None}).renormalize is False
+    assert from_hf_config({"model_type": "deepseek_v3", "n_shared_experts": 2.0}).num_shared_experts == 2
+    assert from_hf_config({"model_type": "dots1", "n_routed_experts": 16, "num_experts_per_tok": 4,
+                           "n_shared_experts": 1}).num_shared_experts == 1
+    cfg = from_hf_config({"model_type": "cohere2_moe", "num_shared_experts": 0,
+                          "shared_expert_combination_strategy": "concat"})
+    assert (cfg.num_shared_experts, cfg.routed_scaling_factor) == (0, 1.0)
 
 
 def test_review_defaults_of_cohere2_ocr_wrappers_and_null_factors():

@@ -85,10 +85,29 @@ class _View:
 # Builders, one per semantics class (docs/models.md, the Class table). Each reads the keys its family uses.
 
 
-def _shared(v: _View, key: str | None, default: int = 0) -> int:
+def _count(v: _View, key: str, value) -> int:
+    """A count the config sets (experts, groups): an int (an integral float too); a bool, a string or 1.5 is a
+    ValueError naming the key, not a count bool() or int() made of it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise ValueError(f"{v.model_type}: {key} must be a whole number, got {value!r}")
+    return int(value)
+
+
+def _flag(v: _View, key: str, default: bool) -> bool:
+    """A switch the config sets: true / false, or null (the families' routers test it for truth: off). A string such
+    as "false" or a number is a ValueError naming the key (bool("false") is True)."""
+    value = v.get(key, default)
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"{v.model_type}: {key} must be true, false or null, got {value!r}")
+    return bool(value)
+
+
+def _shared(v: _View, key: str | None, default: int | None = 0) -> int:
+    """The shared-expert count. A null one (or none where the family has no default) is a ValueError naming the
+    key: the families' blocks multiply the shared MLP's width by it and fail on None."""
     if key is None:
         return default
-    return int(v.get(key, default) or 0)
+    return _count(v, key, v.need(key, default))
 
 
 def _factor(v: _View, key: str, default: float) -> float:
@@ -105,7 +124,7 @@ def _softmax_renorm(
     shared: int = 0, selection: str = "scores", rsf: float = 1.0, expert_scale: bool = False,
 ) -> RouterConfig:
     """SM-R / SM-F / TK-SM: softmax, top-k, divide by the sum of the k (no eps) when renormalising."""
-    renorm = norm if isinstance(norm, bool) else bool(v.get(norm, norm_default))
+    renorm = norm if isinstance(norm, bool) else _flag(v, norm, norm_default)
     return RouterConfig(
         num_experts=v.need(E, E_default), top_k=v.need(K, K_default), scoring="softmax", selection=selection,
         renormalize=renorm, renorm_eps=0.0, routed_scaling_factor=rsf, num_shared_experts=shared,
@@ -121,18 +140,23 @@ def _biased(
     null_groups_ungrouped: bool = False,
 ) -> RouterConfig:
     """DS3 / AXK2 / SB / Kolibri1: score (+ bias) -> [groups] -> top-k -> gather -> [renorm] -> x rsf.
-    A null group count is no groups where the family's router says so (``null_groups_ungrouped``: AXK2 skips the
-    group step when either count is None); elsewhere it is a ValueError naming the key (DeepSeek-V3's router
-    views the scores as [T, n_group, E / n_group] and fails on None)."""
+    Null group counts are no groups where the family's router says so (``null_groups_ungrouped``: AXK2 skips the
+    group step when n_group is None, and its config refuses one count null without the other); elsewhere a null
+    count is a ValueError naming the key (DeepSeek-V3's router views the scores as [T, n_group, E / n_group] and
+    fails on None)."""
     n_group, topk_group = 1, 1
     if groups is not None:
         n_group = v.get(groups[0], group_defaults[0])
         topk_group = v.get(groups[1], group_defaults[1])
-        if null_groups_ungrouped and (n_group is None or topk_group is None):
+        if null_groups_ungrouped and n_group is None and topk_group is None:
             n_group, topk_group = 1, 1
+        elif null_groups_ungrouped and (n_group is None or topk_group is None):
+            raise ValueError(f"{v.model_type}: {groups[0]} and {groups[1]} must be set together (both null for "
+                             f"ungrouped routing), got {n_group!r} and {topk_group!r}")
         else:
-            n_group, topk_group = int(v.need(groups[0], group_defaults[0])), int(v.need(groups[1], group_defaults[1]))
-    renorm = norm if isinstance(norm, bool) else bool(v.get(norm, norm_default))
+            n_group = _count(v, groups[0], v.need(groups[0], group_defaults[0]))
+            topk_group = _count(v, groups[1], v.need(groups[1], group_defaults[1]))
+    renorm = norm if isinstance(norm, bool) else _flag(v, norm, norm_default)
     return RouterConfig(
         num_experts=v.need(E, E_default), top_k=v.need(K, K_default), scoring=scoring, selection=selection,
         logit_scale=float(logit_scale), softcap=softcap, has_correction_bias=bias, n_group=n_group,
@@ -202,6 +226,13 @@ def _topk_softmax(E, K, E_default, K_default, shared=None, shared_default=0, rsf
     return build
 
 
+def _dots3_shared(v):
+    S = _shared(v, "n_shared_experts", 1)
+    if S < 1:  # Dots3NoteTextConfig refuses it
+        raise ValueError(f"{v.model_type}: n_shared_experts must be at least 1, got {S}")
+    return S
+
+
 def _granite_shared(v):
     return 1 if (v.get("shared_intermediate_size", 0) or 0) > 0 else 0
 
@@ -210,7 +241,7 @@ def _cohere2(v):
     fn = v.get("expert_selection_fn", "softmax")
     S = _shared(v, "num_shared_experts")
     strategy = v.get("shared_expert_combination_strategy", "average")  # Cohere2MoeConfig's default
-    if strategy not in ("sum", "average"):  # the model's forward raises on anything else
+    if S > 0 and strategy not in ("sum", "average"):  # the model's forward reads it (and raises) only with S > 0
         raise ValueError(f"{v.model_type}: shared_expert_combination_strategy must be 'sum' or 'average', "
                          f"got {strategy!r}")
     # "average": the block returns (routed + shared) / 2: routed weights and shared experts carry a net 1/2.
@@ -221,7 +252,7 @@ def _cohere2(v):
                             routed_scaling_factor=rsf, num_shared_experts=S, shared_expert_scale=rsf)
     if fn == "sigmoid":
         return RouterConfig(num_experts=E, top_k=K, scoring="sigmoid", selection="logits",
-                            renormalize=bool(v.get("norm_topk_prob", True)), renorm_eps=0.0,
+                            renormalize=_flag(v, "norm_topk_prob", True), renorm_eps=0.0,
                             routed_scaling_factor=rsf, num_shared_experts=S, shared_expert_scale=rsf)
     raise ValueError(f"cohere2_moe: expert_selection_fn must be 'softmax' or 'sigmoid', got {fn!r}")
 
@@ -237,7 +268,7 @@ def _llama4(v):
 def _flint(v):
     return RouterConfig(
         num_experts=v.need("num_experts", 256), top_k=v.need("num_experts_per_tok", 6), scoring="sigmoid",
-        renormalize=bool(v.get("norm_topk_prob", True)), renorm_eps=0.0, num_shared_experts=1,
+        renormalize=_flag(v, "norm_topk_prob", True), renorm_eps=0.0, num_shared_experts=1,
     )
 
 
@@ -290,10 +321,11 @@ def _rsf_or_one(v: _View, rsf):
 def _mistral4(norm: str | bool):
     """M4: softmax without bias, top2_sum groups filled with 0.0, renorm (+1e-20), x rsf."""
     def build(v):
-        renorm = norm if isinstance(norm, bool) else bool(v.get(norm, True))
+        renorm = norm if isinstance(norm, bool) else _flag(v, norm, True)
         return RouterConfig(
             num_experts=v.need("n_routed_experts", 128), top_k=v.need("num_experts_per_tok", 4), scoring="softmax",
-            n_group=int(v.need("n_group", 1)), topk_group=int(v.need("topk_group", 1)),
+            n_group=_count(v, "n_group", v.need("n_group", 1)),
+            topk_group=_count(v, "topk_group", v.need("topk_group", 1)),
             group_fill="zero", renormalize=renorm, renorm_eps=1e-20,
             routed_scaling_factor=_factor(v, "routed_scaling_factor", 1.0),
             num_shared_experts=_shared(v, "n_shared_experts", 1),
@@ -349,7 +381,7 @@ def _afmoe(v):
 
 def _lfm2_moe(v):
     return _biased(v, E="num_experts", K="num_experts_per_tok", E_default=32, K_default=4, norm="norm_topk_prob",
-                   eps=1e-6, rsf=_factor(v, "routed_scaling_factor", 1.0), bias=bool(v.get("use_expert_bias", True)))
+                   eps=1e-6, rsf=_factor(v, "routed_scaling_factor", 1.0), bias=_flag(v, "use_expert_bias", True))
 
 
 def _laguna(v):  # the block multiplies the routed output by moe_routed_scaling_factor
@@ -377,7 +409,7 @@ def _longcat(v):
     return RouterConfig(
         num_experts=v.need("n_routed_experts", 512), top_k=v.need("moe_topk", 12), scoring="softmax",
         has_correction_bias=True, renormalize=False, routed_scaling_factor=_factor(v, "routed_scaling_factor", 6.0),
-        num_zero_experts=int(v.get("zero_expert_num", 256) or 0),
+        num_zero_experts=_count(v, "zero_expert_num", v.need("zero_expert_num", 256)),
     )
 
 
@@ -635,8 +667,8 @@ FAMILIES: dict[str, _Family] = {
                            _first_k_dense(3), 78),
     "glm5_next_text": _Family("DS3", _ds3(E_default=288, group_defaults=(1, 1)), _ROUTED, _fixed_dense_prefix(3), 45),
     "dots1": _Family("DS3", _ds3(E_default=None, K_default=None, group_defaults=(1, 1), norm_default=False,
-                                 rsf_default=1.0, shared_default=0), _ROUTED, _first_k_dense(0), 62),
-    "dots3_note_text": _Family("DS3", _ds3(group_defaults=(1, 1), rsf_default=1.0), _ROUTED,
+                                 rsf_default=1.0, shared_default=None), _ROUTED, _first_k_dense(0), 62),
+    "dots3_note_text": _Family("DS3", _ds3(group_defaults=(1, 1), rsf_default=1.0, shared=_dots3_shared), _ROUTED,
                                _first_k_dense(1, "moe_layer_freq"), 46),
     "solar_open": _Family("DS3", _ds3(E_default=128, group_defaults=(1, 1), rsf_default=1.0), _ROUTED,
                           _all_moe, 48, "every layer is MoE (first_k_dense_replace is not read)"),
