@@ -71,6 +71,8 @@ def test_load_checks_what_the_file_claims(tmp_path):
     x[0, 39999] = 5.0
     with pytest.raises(ValueError, match="cannot hold id 39999"):
         route(x, RouterConfig(num_experts=40000, top_k=1), recorder=wide, backend="reference")
+    with pytest.raises(ValueError, match="cannot hold id 35000"):  # record() too (a review, 2026-12-06: it wrapped)
+        wide.record(0, torch.tensor([[35000], [1]]))
     assert (wide.ids == -1).all()
     ids = torch.zeros(1, 2, 3, dtype=torch.int32)
     with pytest.raises(ValueError, match="num_tokens=5, outside"):

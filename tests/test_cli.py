@@ -251,6 +251,29 @@ def test_route_bias_from_a_file(capsys, tmp_path):
     _, ids = route(synthetic_logits(128, 256), cfg, bias=bias)
     assert got["load"]["per_expert"] == expected_load(ids, 8, 256)
     assert got["run"]["bias"] == str(path)
+    np.save(path, bias[None].numpy())  # [1, E]: taken too
+    assert run_json(capsys, "route", "--tokens", "128", "--bias", str(path))["load"]["per_expert"] == \
+        expected_load(ids, 8, 256)
+    np.save(path, bias[None, None].numpy())  # [1, 1, E]: a usage error, as docs/cli.md says (a review, 2026-12-06)
+    code, out, err = run_cli(capsys, "route", "--tokens", "128", "--bias", str(path))
+    assert code == 2 and "a bias is [256] (or [1, 256]), got (1, 1, 256)" in err and not out
+
+
+def test_zero_layer_periods_are_usage_errors(capsys, tmp_path):
+    """A review (2026-12-06): a layer period or interval of 0 in a config.json divided by zero (a traceback, exit 1)
+    where a bad argument is one line and exit 2; a count that is not a number named no key."""
+    for name, cfg, match in (
+            ("jamba", {"model_type": "jamba", "num_experts": 16, "num_experts_per_tok": 2, "expert_layer_period": 0,
+                       "num_hidden_layers": 4}, "expert_layer_period must be at least 1"),
+            ("ernie", {"model_type": "ernie4_5_moe", "moe_num_experts": 64, "moe_k": 8, "moe_layer_interval": 0,
+                       "num_hidden_layers": 4}, "moe_layer_interval must be at least 1"),
+            ("layers", {"model_type": "qwen3_moe", "num_experts": 16, "num_experts_per_tok": 2,
+                        "num_hidden_layers": "x"}, "num_hidden_layers must be a whole number")):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(cfg))
+        for argv in (["show", str(path)], ["route", "--hf-config", str(path)]):
+            code, out, err = run_cli(capsys, *argv)
+            assert code == 2 and match in err and "Traceback" not in err, (argv, err)
 
 
 def test_route_shows_a_progress_bar_when_chunked(capsys, monkeypatch):

@@ -529,3 +529,35 @@ def test_tie_order_check_fails_a_tie_to_the_higher_id():
         instead[2] = torch.tensor([slot(3), slot(15)])
         assert "row 2: expert 15 in column 1 ahead of expert 14" in _tie_order_violation(
             instead, logits, config, layout, bias, rows)
+
+
+def test_tie_order_check_follows_the_groups_step_4_leaves():
+    """A review (2026-12-06): the tie check ranked raw keys on the groups the row picked from. With group_fill="zero"
+    a dropped group's experts compete at 0.0: it reported a lower-id expert of a dropped group as tied with a kept
+    one (a false alarm on the reference's own routing) and missed a tie among the 0.0 keys broken to the higher id.
+    With near-tied group scores either group may be kept: a routing that keeps the rule under one choice passes."""
+    from moegate.check import _tie_order_violation
+
+    zero = RouterConfig(8, 4, scoring="sigmoid", has_correction_bias=True, n_group=2, topk_group=1, group_fill="zero")
+    bias = torch.tensor([-5.0, -5, 0, -5, 0, 0, -5, -5])
+    logits = torch.tensor([[0.0, -1, 2, -1, 2, 1.5, 0, 0]])
+    rows = torch.arange(1)
+    want = route(logits, zero, bias=bias, backend="reference").ids
+    assert want.tolist() == [[4, 5, 0, 1]]  # experts 0 and 1 at 0.0 (dropped group), above 6 and 7 (keys < 0)
+    assert _tie_order_violation(want, logits, zero, ExpertLayout(), bias, rows) is None
+    bias = torch.tensor([-5.0] * 4 + [0, 0, -5, -5])
+    logits = torch.tensor([[0.0, -1, -0.5, -2, 2, 1.5, 0, 0]])
+    want = route(logits, zero, bias=bias, backend="reference").ids
+    assert want.tolist() == [[4, 5, 0, 1]]
+    assert _tie_order_violation(want, logits, zero, ExpertLayout(), bias, rows) is None
+    wrong = torch.tensor([[4, 5, 3, 2]])  # 0.0 keys all, taken from the higher ids
+    assert "expert 3 in column 2 ahead of expert 0" in _tie_order_violation(
+        wrong, logits, zero, ExpertLayout(), bias, rows)
+    # exclude, group scores a near tie apart: either group's top two pass, a tie broken upward in either does not.
+    excl = RouterConfig(8, 2, scoring="sigmoid", has_correction_bias=True, n_group=2, topk_group=1)
+    bias = torch.zeros(8)
+    logits = torch.tensor([[1.0, 1.0, 0, 0, 1.0 + 1e-7, 1.0 + 1e-7, 1.0 + 1e-7, 0]])
+    for ok in ([[0, 1]], [[4, 5]]):
+        assert _tie_order_violation(torch.tensor(ok), logits, excl, ExpertLayout(), bias, rows) is None
+    for bad in ([[1, 0]], [[4, 6]], [[5, 4]]):
+        assert _tie_order_violation(torch.tensor(bad), logits, excl, ExpertLayout(), bias, rows) is not None

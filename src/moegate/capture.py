@@ -113,6 +113,8 @@ class RoutingRecorder:
             if lo < -1 or hi >= self.num_experts:
                 raise ValueError(f"ids must be in [-1, num_experts={self.num_experts}) (-1: padding), got "
                                  f"[{lo}, {hi}]")
+            if hi > torch.iinfo(self.ids.dtype).max:  # a loaded file may pair int16 with a wide model
+                raise ValueError(f"recorder holds {self.ids.dtype} ids, which cannot hold id {hi}")
         T = ids.shape[0]
         self.ids[layer, :T].copy_(ids)
         self.num_tokens[layer].fill_(T)

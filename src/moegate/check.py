@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import NamedTuple
 
@@ -75,35 +76,78 @@ def logical_routed_ids(ids: torch.Tensor, config: RouterConfig, layout: ExpertLa
     return torch.where(physical >= 0, p2l.long()[physical.clamp(min=0)], physical)
 
 
+def _kept_group_sets(key64: torch.Tensor, config: RouterConfig, rtol: float = 1e-5) -> list[torch.Tensor] | None:
+    """The kept-group masks [W] a row's fp64 keys [W] allow: the top ``topk_group`` groups by score (top-two sum or
+    max), where groups whose scores lie within ``rtol`` of the row's largest key of the boundary may stand in for one
+    another (a router in fp32 may keep either). None where that leaves more than 64 choices."""
+    G, k = config.n_group, config.topk_group
+    grouped = key64.view(G, -1)
+    if config.group_score == "top2_sum":
+        score = torch.sort(grouped, dim=1, descending=True).values[:, :2].sum(dim=1)
+    else:
+        score = grouped.amax(dim=1)
+    if k >= G:
+        return [torch.ones_like(key64, dtype=torch.bool)]
+    order = _stable_order(score[None])[0].tolist()
+    finite = key64[key64.isfinite()]
+    tol = rtol * 2 * (float(finite.abs().max()) if len(finite) else 0.0)
+    edge = (float(score[order[k - 1]]) + float(score[order[k]])) / 2
+    near = [g for g in order if math.isclose(float(score[g]), edge, abs_tol=tol) or float(score[g]) == edge]
+    sure = [g for g in order[:k] if g not in near]
+    choices = list(itertools.combinations(near, k - len(sure)))
+    if len(choices) > 64:
+        return None
+    masks = []
+    for chosen in choices:
+        kept = torch.zeros(G, dtype=torch.bool, device=key64.device)
+        kept[list(sure) + list(chosen)] = True
+        masks.append(kept.repeat_interleave(key64.shape[0] // G))
+    return masks
+
+
 def _tie_order_violation(ids: torch.Tensor, logits: torch.Tensor, config: RouterConfig, layout: ExpertLayout,
                          bias: torch.Tensor | None, rows: torch.Tensor) -> str | None:
     """The first break of the lower-id rule among ``rows`` (indices into ``ids`` [T, K + C] and ``logits``), or None:
     a routed expert ahead of, or picked instead of, an expert of a lower id and the same fp64 key (equal inputs, so
-    the keys tie in any arithmetic), from a group the row picked from. check_routing forgives near ties either way and
-    so leaves this rule out; the kernel tests and the GPU fuzz hold the rows they forgive to it."""
+    the keys tie in any arithmetic), as step 4 leaves the keys: with groups, under every choice of kept groups that
+    near-tied group scores allow (_kept_group_sets) and that the row's experts fit (``exclude``: from kept groups;
+    ``zero``: dropped groups' keys 0.0, competing), a row breaks the rule only if it does under each. check_routing
+    forgives near ties either way and so leaves this rule out; the kernel tests and the GPU fuzz hold the rows they
+    forgive to it."""
     if not len(rows) or config.routing == "hash":
         return None
     K = config.top_k
     _, key64 = scores_and_keys(logits[rows], config, bias, torch.float64)  # [n, W]
-    W = key64.shape[1]
     logical = logical_routed_ids(ids[rows, :K], config, layout)  # [n, K]
     for i, r in enumerate(rows.tolist()):
-        g = logical[i]
-        eligible = torch.ones(W, dtype=torch.bool, device=g.device)
-        if config.n_group > 1:
-            gs = W // config.n_group
-            groups = torch.zeros(config.n_group, dtype=torch.bool, device=g.device)
-            groups[g[g >= 0] // gs] = True
-            eligible = groups.repeat_interleave(gs)
-        picked = g.tolist()
-        for c, e in enumerate(picked):
-            if e < 0:
-                continue
-            equal = ((key64[i] == key64[i, e]) & eligible).nonzero().flatten().tolist()
-            lower = [j for j in equal if j < e and j not in picked[:c]]
-            if lower:
-                return (f"row {r}: expert {e} in column {c} ahead of expert {lower[0]}, whose key is equal (ties go "
-                        "to the lower id)")
+        picked = logical[i].tolist()
+        live = [e for e in picked if e >= 0]
+        masks = [None] if config.n_group == 1 else _kept_group_sets(key64[i], config)
+        if masks is None:
+            continue
+        found = None
+        for kept in masks:
+            key, eligible = key64[i], torch.ones_like(key64[i], dtype=torch.bool)
+            if kept is not None and config.group_fill == "zero":
+                key = torch.where(kept | (key == float("-inf")), key, torch.zeros_like(key))
+            elif kept is not None:
+                if not bool(kept[live].all()):
+                    continue  # not the groups this row kept
+                eligible = kept
+            found = None
+            for c, e in enumerate(picked):
+                if e < 0:
+                    continue
+                equal = ((key == key[e]) & eligible).nonzero().flatten().tolist()
+                lower = [j for j in equal if j < e and j not in picked[:c]]
+                if lower:
+                    found = (f"row {r}: expert {e} in column {c} ahead of expert {lower[0]}, whose key is equal (ties "
+                             "go to the lower id)")
+                    break
+            if found is None:
+                break  # a choice of kept groups under which the row keeps the rule
+        if found is not None:
+            return found
     return None
 
 

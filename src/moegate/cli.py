@@ -469,7 +469,7 @@ def _route_inputs(args, config: RouterConfig, device: torch.device):
         if args.bias is not None:
             bias = load_tensor(args.bias, args.bias_key, prefer=("bias", "e_score_correction_bias"),
                                option="--bias-key")
-            if bias.dim() != 1 and not (bias.dim() > 1 and all(d == 1 for d in bias.shape[:-1])):
+            if not (bias.dim() == 1 or (bias.dim() == 2 and bias.shape[0] == 1)):
                 raise CliError(f"--bias {args.bias}: a bias is [{config.num_scored}] (or [1, {config.num_scored}]), "
                                f"got {tuple(bias.shape)}")
             bias = bias.reshape(-1)

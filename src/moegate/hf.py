@@ -515,14 +515,22 @@ def _longcat_layers(v: _View, n: int) -> list[str]:
     return ["moe"] * layers
 
 
+def _period(v: _View, key: str, default: int) -> int:
+    """A layer period or interval: a whole number >= 1 (0 would divide by zero), a ValueError naming the key."""
+    value = _count(v, key, v.raw(key, default))
+    if value < 1:
+        raise ValueError(f"{v.model_type}: {key} must be at least 1, got {value}")
+    return value
+
+
 def _jamba_layers(v: _View, n: int) -> list[str]:
-    period, offset = v.raw("expert_layer_period", 2), v.raw("expert_layer_offset", 1)
+    period, offset = _period(v, "expert_layer_period", 2), v.raw("expert_layer_offset", 1)
     return ["moe" if i % period == offset else "dense" for i in range(n)]
 
 
 def _ernie_layers(v: _View, n: int) -> list[str]:
     start, end = v.raw("moe_layer_start_index", 1), v.raw("moe_layer_end_index", n - 1)
-    interval = v.raw("moe_layer_interval", 1)
+    interval = _period(v, "moe_layer_interval", 1)
     end = n - 1 if end is None or end < 0 else end
     return ["moe" if (i + 1) % interval == 0 and start <= i <= end else "dense" for i in range(n)]
 
@@ -850,7 +858,7 @@ def from_hf_config(config, *, layer: int | None = None) -> RouterConfig:
     if layer is None:
         try:
             types = _layer_types(fam, v)
-        except ValueError:  # no layer count to derive them from: the router of the MoE layers, as configured
+        except _NoLayerCount:  # no layer count to derive them from: the router of the MoE layers, as configured
             types = None
         if types is not None and not any(t in ("moe", "hash") for t in types):
             raise ValueError(f"{v.model_type}: the config has no MoE layers (every one of its {len(types)} decoder "
@@ -878,6 +886,10 @@ def moe_layer_types(config) -> list[str]:
     return _layer_types(fam, v)
 
 
+class _NoLayerCount(ValueError):
+    """The config has no num_hidden_layers (from_hf_config without a layer then reads the MoE layers' router)."""
+
+
 def _layer_types(fam: _Family, v: _View) -> list[str]:
     explicit = v.raw("mlp_layer_types")
     if explicit:
@@ -890,8 +902,8 @@ def _layer_types(fam: _Family, v: _View) -> list[str]:
         return [_MLP_LAYER_TYPE[t] for t in (explicit if n is None else explicit[:n])]
     n = v.raw("num_hidden_layers", fam.layers_default)
     if n is None and fam.layers is not _nemotron_layers:
-        raise ValueError(f"{v.model_type}: the config has no num_hidden_layers")
-    return fam.layers(v, n)
+        raise _NoLayerCount(f"{v.model_type}: the config has no num_hidden_layers")
+    return fam.layers(v, n if n is None else _count(v, "num_hidden_layers", n))
 
 
 def family_of(config) -> str:
