@@ -561,3 +561,40 @@ def test_tie_order_check_follows_the_groups_step_4_leaves():
         assert _tie_order_violation(torch.tensor(ok), logits, excl, ExpertLayout(), bias, rows) is None
     for bad in ([[1, 0]], [[4, 6]], [[5, 4]]):
         assert _tie_order_violation(torch.tensor(bad), logits, excl, ExpertLayout(), bias, rows) is not None
+
+
+@pytest.mark.parametrize("compiler", ["eager", "aot_eager"])
+def test_compiled_reference_checks_values_when_the_graph_runs(compiler):
+    """A review (2026-12-06): traced by torch.compile, the reference backend skipped route()'s checks of the inputs'
+    values (a traced graph has none to read) and routed a hash table that repeats an expert to [1, 1], a CPU
+    num_valid_tokens past T as every row live, a token id past the table as padding. They now run with the graph,
+    on the real tensors (moegate::reference_valid_rows), and raise what an eager call raises; good inputs route as
+    eagerly, gradients flow."""
+    torch._dynamo.reset()
+    x = torch.randn(3, 8)
+    hashed = RouterConfig(num_experts=8, top_k=2, routing="hash")
+    plain = RouterConfig(num_experts=8, top_k=2)
+    biased = RouterConfig(num_experts=8, top_k=2, scoring="sigmoid", has_correction_bias=True)
+
+    def compiled(config, **kw):
+        return torch.compile(lambda x, kw: route(x, config, backend="reference", **kw), fullgraph=True,
+                             backend=compiler)(x, kw)
+
+    tid = torch.tensor([0, 1, 0])
+    for config, kw, match in ((hashed, dict(hash_table=torch.tensor([[1, 1], [2, 3]]), token_ids=tid), "repeats"),
+                              (hashed, dict(hash_table=torch.tensor([[1, 9], [2, 3]]), token_ids=tid), "outside"),
+                              (hashed, dict(hash_table=torch.tensor([[1, 2]]), token_ids=tid), "token_ids\\[1\\] = 1"),
+                              (plain, dict(num_valid_tokens=torch.tensor([4])), "num_valid_tokens must be <= 3"),
+                              (biased, dict(bias=torch.tensor([float("nan")] + [0.0] * 7)), "bias\\[0\\] = nan")):
+        with pytest.raises(ValueError, match=match):
+            compiled(config, **kw)
+    for config, kw in ((hashed, dict(hash_table=torch.tensor([[1, 2], [5, 3]]), token_ids=tid)),
+                       (plain, dict(num_valid_tokens=torch.tensor([2]))), (plain, dict(num_valid_tokens=1)),
+                       (biased, dict(bias=torch.linspace(-0.1, 0.1, 8)))):
+        got, want = compiled(config, **kw), route(x, config, backend="reference", **kw)
+        assert torch.equal(got.ids, want.ids) and torch.equal(got.weights, want.weights), kw
+    xg, b = x.clone().requires_grad_(), torch.zeros(8)
+    w = torch.compile(lambda x: route(x, biased, bias=b, backend="reference").weights, fullgraph=True,
+                      backend=compiler)(xg)
+    w.sum().backward()
+    assert xg.grad is not None and torch.isfinite(xg.grad).all()

@@ -199,6 +199,42 @@ def valid_rows(T: int, num_valid_tokens, device: torch.device) -> torch.Tensor:
     return t < num_valid_tokens
 
 
+@torch.library.custom_op("moegate::reference_valid_rows", mutates_args=())
+def _valid_rows_checked(
+    logits: torch.Tensor, num_valid: torch.Tensor | None, num_valid_int: int, token_ids: torch.Tensor | None,
+    hash_table: torch.Tensor | None, bias: torch.Tensor | None, expert_scale: torch.Tensor | None, num_experts: int,
+    top_k: int,
+) -> torch.Tensor:
+    """Under torch.compile: route()'s checks of the inputs' values (a traced graph has none to read) made when the
+    graph runs, on the real tensors, and the rows step 11 keeps ([T, 1] bool, with hash routing's rows of token ids
+    outside the table too), which the outputs depend on: a CPU bias that is not finite, a CPU expert_scale that is
+    not finite and >= 0, a CPU num_valid_tokens outside [0, T], a hash table whose ids leave [0, E) or repeat in a
+    row, a CPU token id outside the table are the ValueErrors an eager call raises. ``num_valid_int``: the int
+    num_valid_tokens, -1 for none."""
+    from moegate._checks import _check_hash_table, _check_num_valid_tokens, _check_token_range, _check_values_on_cpu
+
+    T, device = logits.shape[0], logits.device
+    if bias is not None:
+        _check_values_on_cpu("bias", bias)
+    if expert_scale is not None:
+        _check_values_on_cpu("expert_scale", expert_scale, nonnegative=True)
+    nv = num_valid if num_valid is not None else (None if num_valid_int < 0 else num_valid_int)
+    _check_num_valid_tokens(nv, T, device)
+    valid = valid_rows(T, nv, device)
+    if hash_table is not None:
+        _check_hash_table(hash_table, num_experts, top_k, device)
+        _check_token_range(token_ids, hash_table.shape[0], nv)
+        tid = token_ids.long()
+        valid = valid & ((tid >= 0) & (tid < hash_table.shape[0])).unsqueeze(1)
+    return valid
+
+
+@_valid_rows_checked.register_fake
+def _valid_rows_checked_fake(logits, num_valid, num_valid_int, token_ids, hash_table, bias, expert_scale,
+                             num_experts, top_k):
+    return logits.new_empty((logits.shape[0], 1), dtype=torch.bool)
+
+
 def route_reference(
     logits: torch.Tensor,
     config: RouterConfig,
@@ -224,13 +260,25 @@ def route_reference(
     T = logits.shape[0]
     device = logits.device
     scores, key = scores_and_keys(logits, config, bias, dtype)  # [T, W], [T, W]
-    valid = valid_rows(T, num_valid_tokens, device)  # [T, 1]
-    if config.routing == "hash":
-        # route() rejects token ids outside the table on the host (CPU tensors); on a device, where that
-        # check would synchronise, such a row is written as padding, never read out of bounds.
-        tid = token_ids.long()  # [T]
-        valid = valid & ((tid >= 0) & (tid < hash_table.shape[0])).unsqueeze(1)
-        tid = torch.where(valid.squeeze(1), tid, torch.zeros_like(tid))
+    hashed = config.routing == "hash"
+    if torch.compiler.is_compiling():
+        # A traced graph has no values for route()'s checks to read: they run with the graph (_valid_rows_checked).
+        tensor_nv = isinstance(num_valid_tokens, torch.Tensor)
+        valid = _valid_rows_checked(
+            logits, num_valid_tokens if tensor_nv else None,
+            -1 if num_valid_tokens is None or tensor_nv else int(num_valid_tokens),
+            token_ids if hashed else None, hash_table if hashed else None,
+            None if bias is None else bias.detach(), None if expert_scale is None else expert_scale.detach(),
+            config.num_experts, config.top_k)
+    else:
+        valid = valid_rows(T, num_valid_tokens, device)  # [T, 1]
+        if hashed:
+            # route() rejects token ids outside the table on the host (CPU tensors); on a device, where that
+            # check would synchronise, such a row is written as padding, never read out of bounds.
+            tid = token_ids.long()  # [T]
+            valid = valid & ((tid >= 0) & (tid < hash_table.shape[0])).unsqueeze(1)
+    if hashed:
+        tid = torch.where(valid.squeeze(1), token_ids.long(), torch.zeros_like(token_ids, dtype=torch.long))
         ids = hash_table.long()[tid]  # [T, K]
     else:
         ids = select_topk(key, config)  # [T, K]
