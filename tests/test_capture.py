@@ -204,14 +204,16 @@ def test_load_validates_each_recorded_row(tmp_path):
     from safetensors.torch import save_file
 
     meta = {"format": "moegate.routing/1", "num_experts": "8", "top_k": "2"}
-    cases = {"outside": [[0, 8]], "below -1": [[-5, -5]], "repeats": [[3, 3]], "padded row": [[-1, 3]],
-             "live row after": [[-1, -1], [1, 2]]}
-    for name, rows in cases.items():
+    # Each case its own message (a review: [[-5, -5]] was refused as a repeat, and a check of ids below -1 could go).
+    cases = {"outside": ([[0, 8]], "id 8 is outside"), "below -1": ([[-5, 3]], "id -5 is outside"),
+             "repeats": ([[3, 3]], "repeats within the row"), "padded row": ([[-1, 3]], "must be all -1"),
+             "live row after": ([[-1, -1], [1, 2]], "a live row after the padded row 0")}
+    for name, (rows, match) in cases.items():
         ids = torch.full((1, 3, 2), -1, dtype=torch.int32)
         ids[0, :len(rows)] = torch.tensor(rows, dtype=torch.int32)
         path = tmp_path / f"{name}.safetensors"
         save_file({"ids": ids, "num_tokens": torch.tensor([len(rows)])}, str(path), meta)
-        with pytest.raises(ValueError, match="layer 0, row"):
+        with pytest.raises(ValueError, match="layer 0, row .*" + match):
             RoutingRecorder.load(path)
         assert RoutingRecorder.load(path, validate=False).layer_ids(0).tolist() == rows
     ids = torch.full((1, 3, 2), -1, dtype=torch.int32)

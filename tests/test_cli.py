@@ -87,9 +87,19 @@ def test_route_in_chunks_gives_the_same_numbers(capsys):
     chunked = run_json(capsys, "route", "--preset", "mixtral", "--tokens", "700", "--valid-tokens", "650",
                        "--chunk-tokens", "128", "--verify-rows", "300")
     assert chunked["load"] == whole["load"]
-    for key in ("routed_min", "routed_max", "row_sum_min", "first_column_mean"):
-        assert chunked["weights"][key] == pytest.approx(whole["weights"][key])
+    assert chunked["weights"] == pytest.approx(whole["weights"])
     assert chunked["check"]["ok"] and chunked["check"]["reference_rows"] == 300
+    # Every weight figure against the same statistics of route()'s own output (a review: the first column's mean
+    # taken from the last column, or a sum of squares overwritten a chunk at a time, passed a whole / chunked match).
+    w, _ = route(synthetic_logits(700, 8), preset("mixtral"), num_valid_tokens=650)
+    routed = w[:650, :2].double()
+    want = {"routed_min": routed.min(), "routed_mean": routed.mean(), "routed_max": routed.max(),
+            "routed_std": routed.std(unbiased=False), "row_sum_min": routed.sum(1).min(),
+            "row_sum_mean": routed.sum(1).mean(), "row_sum_max": routed.sum(1).max(),
+            "first_column_mean": routed[:, 0].mean()}
+    for got in (whole, chunked):
+        for key, value in want.items():
+            assert got["weights"][key] == pytest.approx(float(value), rel=1e-5, abs=1e-7), key
 
 
 def test_route_summary_shows_the_numbers(capsys):

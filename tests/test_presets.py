@@ -58,7 +58,9 @@ def test_the_registry_is_read_only_and_preset_builds_from_a_copy():
         PRESETS["mixtral"] = PRESETS["qwen3-moe"]
     PRESETS["deepseek-v3"].hf_config["num_experts_per_tok"] = 4
     assert preset("deepseek-v3").top_k == 8
-    assert hash(PRESETS["mixtral"]) == hash(PRESETS["mixtral"])
+    m = PRESETS["mixtral"]
+    twin = type(m)(m.name, m.source, m.hf_config)  # an equal Preset built apart: equal, and hashed alike
+    assert twin == m and hash(twin) == hash(m) and len({m, twin, PRESETS["qwen3-moe"]}) == 2
 
 
 @pytest.mark.parametrize(

@@ -112,6 +112,21 @@ def test_every_drawn_routing_satisfies_every_invariant(data):
         assert (chosen[:, :-1] >= chosen[:, 1:]).all(), "columns not in descending key order"
         rest = key.scatter(1, logical[:valid], float("-inf"))
         assert (chosen.min(dim=1).values >= rest.max(dim=1).values).all(), "an unselected key beats a selected one"
+    if cfg.routing == "topk" and valid and not cfg.has_expert_scale and cfg.renorm_p == 1.0:
+        # Steps 6-8 by their formulas (check_routing recomputes the weights with the reference's own code: a review
+        # found rsf applied twice passing the checks above): the picked experts' scores, renormalised with eps, times
+        # rsf where it goes into the weights.
+        scores, _ = scores_and_keys(logits[:valid], cfg, bias)
+        s = scores.double().gather(1, logical[:valid].clamp(min=0)).nan_to_num(0.0)  # [valid, K]
+        rsf = cfg.routed_scaling_factor if layout.scale == "in_weights" else 1.0
+        if cfg.renormalize:
+            total = s.sum(dim=1, keepdim=True)
+            eps = cfg.renorm_eps
+            denom = total + eps if cfg.renorm_eps_mode == "add" else total.clamp(min=eps)
+            want = torch.where(denom > 0, s / denom, torch.zeros_like(s)) * rsf
+        else:
+            want = s * rsf
+        torch.testing.assert_close(w[:valid, :K].double(), want, rtol=2e-6, atol=1e-7)
     if layout.placement is not None and valid:
         p2l = layout.placement.physical_to_logical
         L = layout.slots_per_rank(cfg.num_experts)

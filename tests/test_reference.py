@@ -618,3 +618,77 @@ def test_all_nan_softmax_row_without_renormalize_scores_zero():
     cfg = RouterConfig(num_experts=4, top_k=2, renormalize=False)
     w, ids = r([[NAN] * 4, [NAN, 0.0, NAN, NAN]], cfg)
     assert ids.tolist() == [[0, 1], [1, 0]] and w.tolist() == [[0.0, 0.0], [1.0, 0.0]]
+
+
+# A mutation review (2026-12-06) found the hand tests above passing with these bugs in the reference: each test
+# below fails on the one named.
+
+
+def test_per_rank_ids_of_every_expert():
+    """Per-rank ids p + (p // L) * S for every expert (not only 3 and 7, which p // (L + S) maps alike)."""
+    cfg = RouterConfig(num_experts=8, top_k=1, num_shared_experts=1)
+    layout = ExpertLayout(shared_slots="per_rank", ep_size=2)
+    got = [r([[9.0 if j == e else 0.0 for j in range(8)]], cfg, layout)[1][0, 0].item() for e in range(8)]
+    assert got == [0, 1, 2, 3, 5, 6, 7, 8]
+
+
+def test_group_score_and_fill_where_they_decide():
+    """top2_sum against max, exclude against zero, and the zero fill's value: inputs where each choice routes
+    differently (the earlier cases kept the same groups under max and top2_sum, and kept keys of -1 or below, so
+    any fill above -1 routed alike)."""
+    # Group 0's top two sum to 0.95 - 1 < group 1's 0.6 + 0.5, its max 0.95 > 0.6: logits selection keys.
+    base = dict(num_experts=4, top_k=1, scoring="sigmoid", selection="logits", n_group=2, topk_group=1)
+    logits = [[0.95, -1.0, 0.6, 0.5]]
+    assert r(logits, RouterConfig(**base, group_score="top2_sum"))[1].tolist() == [[2]]
+    assert r(logits, RouterConfig(**base, group_score="max"))[1].tolist() == [[0]]
+    # Kept group 0's keys below 0.0: the zero fill takes a dropped expert at 0.0, exclude keeps to group 0.
+    logits = [[-0.1, -3.0, -4.0, -5.0]]
+    zero = RouterConfig(**{**base, "group_score": "max"}, group_fill="zero")
+    assert r(logits, zero)[1].tolist() == [[2]]  # 0.0 beats -0.1; ties at 0.0 to the lower id
+    assert r(logits, RouterConfig(**base, group_score="max"))[1].tolist() == [[0]]
+    # A kept key just above 0.0 beats the dropped experts' 0.0.
+    assert r([[1e-3, -3.0, -4.0, -5.0]], zero)[1].tolist() == [[0]]
+
+
+def test_expert_scale_follows_the_expert_not_the_column():
+    cfg = RouterConfig(num_experts=4, top_k=2, scoring="softmax", renorm_eps=0.0, has_expert_scale=True)
+    w, ids = r([[0.0, -50.0, -50.0, 0.0]], cfg, expert_scale=torch.tensor([3.0, 5.0, 7.0, 11.0]))
+    assert ids.tolist() == [[0, 3]]
+    assert w[0].tolist() == pytest.approx([0.5 * 3, 0.5 * 11], rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_step_1_arithmetic_of_half_inputs_is_fp32(dtype):
+    """Half logits and a half bias are widened before any arithmetic: the logit scale, the softcap and the bias add
+    in fp32 (the scale in fp16 moved a weight from 0.764012 to 0.763836)."""
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(16, 32, generator=g).to(dtype)
+    bias = (torch.randn(32, generator=g) * 0.1).to(dtype)
+    for cfg in (RouterConfig(num_experts=32, top_k=4, scoring="softmax", logit_scale=3.0),
+                RouterConfig(num_experts=32, top_k=4, scoring="softmax", softcap=2.5, logit_scale=1.7),
+                RouterConfig(num_experts=32, top_k=4, scoring="sigmoid", has_correction_bias=True, logit_scale=3.0)):
+        kw = dict(bias=bias) if cfg.has_correction_bias else {}
+        w, ids = route(logits, cfg, backend="reference", **kw)
+        kw32 = dict(bias=bias.float()) if cfg.has_correction_bias else {}
+        w32, ids32 = route(logits.float(), cfg, backend="reference", **kw32)
+        assert torch.equal(ids, ids32) and torch.equal(w, w32), cfg
+
+
+def test_out_buffers_hold_what_a_call_without_them_returns():
+    cfg = RouterConfig(num_experts=8, top_k=3, num_shared_experts=1)
+    layout = ExpertLayout(shared_slots="global")
+    x = torch.randn(5, 8)
+    out = (torch.full((5, 4), float("nan")), torch.full((5, 4), -7, dtype=torch.int32))
+    route(x, cfg, layout, out=out, backend="reference")
+    want = route(x, cfg, layout, backend="reference")
+    assert torch.equal(out[0], want.weights) and torch.equal(out[1], want.ids)
+
+
+def test_hash_weights_come_from_each_rows_own_scores():
+    cfg = RouterConfig(num_experts=4, top_k=2, scoring="sigmoid", routing="hash", renormalize=False)
+    table = torch.tensor([[3, 0], [1, 2]])
+    logits = [[0.0, 1.0, 2.0, 3.0], [-1.0, 0.5, -2.0, 4.0]]
+    w, ids = r(logits, cfg, token_ids=torch.tensor([1, 0]), hash_table=table)
+    assert ids.tolist() == [[1, 2], [3, 0]]
+    sig = lambda v: 1 / (1 + math.exp(-v))  # noqa: E731
+    assert w.tolist() == [pytest.approx([sig(1.0), sig(2.0)], rel=1e-6), pytest.approx([sig(4.0), sig(-1.0)], rel=1e-6)]
