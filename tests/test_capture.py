@@ -236,3 +236,13 @@ def test_load_refuses_what_the_constructor_refuses(tmp_path):
         save_file({"ids": ids, "num_tokens": num_tokens}, str(path), meta)
         with pytest.raises(ValueError, match="layers >= 1"):
             RoutingRecorder.load(path)
+
+
+def test_a_recorder_on_another_device_is_refused():
+    """A recorder's buffers on another device than the logits (or the ids given to record()) is a ValueError before
+    anything is written (a review: deleting the check passed every test; the meta device stands in for a GPU)."""
+    rec = RoutingRecorder(num_layers=1, max_tokens=4, top_k=2, num_experts=8, device="meta")
+    with pytest.raises(ValueError, match="recorder is on meta, but logits are on cpu"):
+        route(torch.randn(3, 8), RouterConfig(num_experts=8, top_k=2), recorder=rec, backend="reference")
+    with pytest.raises(ValueError, match="recorder is on meta, but ids are on cpu"):
+        rec.record(0, torch.zeros(3, 2, dtype=torch.int32))

@@ -137,7 +137,7 @@ def call(**kw):
         (dict(num_valid_tokens=5), ValueError, "num_valid_tokens"),
         (dict(num_valid_tokens=-1), ValueError, "num_valid_tokens"),
         (dict(num_valid_tokens=torch.tensor([1, 2])), ValueError, "num_valid_tokens"),
-        (dict(num_valid_tokens=torch.tensor([1.0])), ValueError, "num_valid_tokens"),
+        (dict(num_valid_tokens=torch.tensor([1.0])), TypeError, "num_valid_tokens"),  # a dtype: TypeError
         (dict(out=(torch.zeros(4, 3), torch.zeros(4, 3, dtype=torch.int32))), ValueError, "out"),
         (dict(out=(torch.zeros(2, 4).t(), torch.zeros(4, 2, dtype=torch.int32))), ValueError, "out"),
         (dict(out=(torch.zeros(4, 2).double(), torch.zeros(4, 2, dtype=torch.int32))), TypeError, "out"),

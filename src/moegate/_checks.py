@@ -133,7 +133,9 @@ def _check_num_valid_tokens(num_valid_tokens, num_tokens: int, device: torch.dev
         return
     if isinstance(num_valid_tokens, torch.Tensor):
         if num_valid_tokens.numel() != 1 or num_valid_tokens.dtype not in INT_DTYPES:
-            raise ValueError(
+            # A wrong dtype is a TypeError (docs/contract.md, "Errors"), a wrong size a ValueError.
+            error = ValueError if num_valid_tokens.dtype in INT_DTYPES else TypeError
+            raise error(
                 "num_valid_tokens must be an int or a one-element integer tensor, got a tensor of "
                 f"shape {tuple(num_valid_tokens.shape)} and dtype {num_valid_tokens.dtype}"
             )
