@@ -22,7 +22,9 @@ from moegate.config import RouterConfig
 from moegate.layout import ExpertLayout, _check_layout_for
 from moegate.reference import (
     _stable_order,
+    apply_kept_groups,
     group_keys,
+    group_scores,
     outside_domain,
     place,
     route_reference,
@@ -77,17 +79,13 @@ def logical_routed_ids(ids: torch.Tensor, config: RouterConfig, layout: ExpertLa
 
 
 def _kept_group_sets(key64: torch.Tensor, config: RouterConfig, rtol: float = 1e-5) -> list[torch.Tensor] | None:
-    """The kept-group masks [W] a row's fp64 keys [W] allow: the top ``topk_group`` groups by score (top-two sum or
-    max), where groups whose scores lie within ``rtol`` of the row's largest key of the boundary may stand in for one
-    another (a router in fp32 may keep either). None where that leaves more than 64 choices."""
+    """The kept-group masks [G] a row's fp64 keys [W] allow: the top ``topk_group`` groups by score, where groups
+    whose scores lie within ``rtol`` of the row's largest key of the boundary may stand in for one another (a router
+    in fp32 may keep either). None where that leaves more than 64 choices."""
     G, k = config.n_group, config.topk_group
-    grouped = key64.view(G, -1)
-    if config.group_score == "top2_sum":
-        score = torch.sort(grouped, dim=1, descending=True).values[:, :2].sum(dim=1)
-    else:
-        score = grouped.amax(dim=1)
     if k >= G:
-        return [torch.ones_like(key64, dtype=torch.bool)]
+        return [torch.ones(G, dtype=torch.bool, device=key64.device)]
+    score = group_scores(key64[None], config)[0]  # [G]
     order = _stable_order(score[None])[0].tolist()
     finite = key64[key64.isfinite()]
     tol = rtol * 2 * (float(finite.abs().max()) if len(finite) else 0.0)
@@ -101,7 +99,7 @@ def _kept_group_sets(key64: torch.Tensor, config: RouterConfig, rtol: float = 1e
     for chosen in choices:
         kept = torch.zeros(G, dtype=torch.bool, device=key64.device)
         kept[list(sure) + list(chosen)] = True
-        masks.append(kept.repeat_interleave(key64.shape[0] // G))
+        masks.append(kept)
     return masks
 
 
@@ -125,15 +123,15 @@ def _tie_order_violation(ids: torch.Tensor, logits: torch.Tensor, config: Router
         masks = [None] if config.n_group == 1 else _kept_group_sets(key64[i], config)
         if masks is None:
             continue
-        found = None
+        found = None  # stays None where no choice of kept groups fits the row's experts
         for kept in masks:
-            key, eligible = key64[i], torch.ones_like(key64[i], dtype=torch.bool)
-            if kept is not None and config.group_fill == "zero":
-                key = torch.where(kept | (key == float("-inf")), key, torch.zeros_like(key))
-            elif kept is not None:
-                if not bool(kept[live].all()):
+            key, allowed = key64[i], None
+            if kept is not None:
+                key, allowed = apply_kept_groups(key[None], kept[None], config)
+                key, allowed = key[0], None if allowed is None else allowed[0]
+                if allowed is not None and not bool(allowed[live].all()):
                     continue  # not the groups this row kept
-                eligible = kept
+            eligible = torch.ones_like(key, dtype=torch.bool) if allowed is None else allowed
             found = None
             for c, e in enumerate(picked):
                 if e < 0:

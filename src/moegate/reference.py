@@ -81,29 +81,36 @@ def select_topk(key: torch.Tensor, config: RouterConfig) -> torch.Tensor:
     return _stable_order(key, allowed)[:, : config.top_k]  # [T, K]
 
 
+def group_scores(key: torch.Tensor, config: RouterConfig) -> torch.Tensor:
+    """Step 4's group scores [T, G] of the keys [T, W]: each group's top-two sum or max."""
+    grouped = key.view(key.shape[0], config.n_group, config.group_size)  # [T, G, W/G]
+    if config.group_score == "top2_sum":
+        return torch.sort(grouped, dim=2, descending=True).values[:, :, :2].sum(dim=2)  # [T, G]
+    return grouped.amax(dim=2)  # [T, G]
+
+
+def apply_kept_groups(key: torch.Tensor, kept: torch.Tensor, config: RouterConfig
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Step 4 given the kept groups [T, G] bool: (the keys [T, W] as step 5 ranks them, the experts it may take [T, W]
+    bool or None for all). ``group_fill="zero"`` sets the dropped groups' keys to 0.0 (dead experts stay -inf);
+    ``"exclude"`` keeps the keys and allows the kept groups' experts only."""
+    kept = kept.repeat_interleave(config.group_size, dim=1)  # [T, W]
+    if config.group_fill == "zero":
+        # Dropped experts' keys become 0.0; dead ones (NaN / -inf logits) stay -inf, below every key.
+        return torch.where(kept | (key == float("-inf")), key, torch.zeros_like(key)), None
+    return key, kept
+
+
 def group_keys(key: torch.Tensor, config: RouterConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Step 4: (the keys [T, W] as step 5 ranks them, the experts it may take [T, W] bool or None for all).
-    ``group_fill="zero"`` sets the dropped groups' keys to 0.0 (dead experts stay -inf); ``"exclude"`` keeps the
-    keys and allows the kept groups' experts only; no groups: the keys, None."""
-    T, W = key.shape
-    allowed = None
-    if config.n_group > 1:
-        grouped = key.view(T, config.n_group, config.group_size)  # [T, G, W/G]
-        if config.group_score == "top2_sum":
-            top2 = torch.sort(grouped, dim=2, descending=True).values[:, :, :2]  # [T, G, 2]
-            group_score = top2.sum(dim=2)  # [T, G]
-        else:
-            group_score = grouped.amax(dim=2)  # [T, G]
-        group_order = _stable_order(group_score)[:, : config.topk_group]  # [T, topk_group]
-        kept = torch.zeros(T, config.n_group, dtype=torch.bool, device=key.device)
-        kept.scatter_(1, group_order, True)  # [T, G]
-        kept = kept.repeat_interleave(config.group_size, dim=1)  # [T, W]
-        if config.group_fill == "zero":
-            # Dropped experts' keys become 0.0; dead ones (NaN / -inf logits) stay -inf, below every key.
-            key = torch.where(kept | (key == float("-inf")), key, torch.zeros_like(key))
-        else:
-            allowed = kept
-    return key, allowed
+    """Step 4: (the keys [T, W] as step 5 ranks them, the experts it may take [T, W] bool or None for all): the
+    ``topk_group`` best groups by group_scores (ties to the lower group) kept, as apply_kept_groups says; no groups:
+    the keys, None."""
+    if config.n_group == 1:
+        return key, None
+    group_order = _stable_order(group_scores(key, config))[:, : config.topk_group]  # [T, topk_group]
+    kept = torch.zeros(key.shape[0], config.n_group, dtype=torch.bool, device=key.device)
+    kept.scatter_(1, group_order, True)  # [T, G]
+    return apply_kept_groups(key, kept, config)
 
 
 def routed_weights(
@@ -199,6 +206,18 @@ def valid_rows(T: int, num_valid_tokens, device: torch.device) -> torch.Tensor:
     return t < num_valid_tokens
 
 
+def _live_rows(T: int, num_valid_tokens, device: torch.device, token_ids: torch.Tensor | None = None,
+               vocab: int = 0) -> torch.Tensor:
+    """[T, 1] bool: valid_rows, and with hash routing (``token_ids``) rows whose token id lies in the table's
+    [0, vocab) (route() rejects others on the host for CPU tensors; on a device, where that check would synchronise,
+    such a row is written as padding, never read out of bounds)."""
+    valid = valid_rows(T, num_valid_tokens, device)
+    if token_ids is not None:
+        tid = token_ids.long()  # [T]
+        valid = valid & ((tid >= 0) & (tid < vocab)).unsqueeze(1)
+    return valid
+
+
 @torch.library.custom_op("moegate::reference_valid_rows", mutates_args=())
 def _valid_rows_checked(
     logits: torch.Tensor, num_valid: torch.Tensor | None, num_valid_int: int, token_ids: torch.Tensor | None,
@@ -220,13 +239,10 @@ def _valid_rows_checked(
         _check_values_on_cpu("expert_scale", expert_scale, nonnegative=True)
     nv = num_valid if num_valid is not None else (None if num_valid_int < 0 else num_valid_int)
     _check_num_valid_tokens(nv, T, device)
-    valid = valid_rows(T, nv, device)
     if hash_table is not None:
         _check_hash_table(hash_table, num_experts, top_k, device)
         _check_token_range(token_ids, hash_table.shape[0], nv)
-        tid = token_ids.long()
-        valid = valid & ((tid >= 0) & (tid < hash_table.shape[0])).unsqueeze(1)
-    return valid
+    return _live_rows(T, nv, device, token_ids, 0 if hash_table is None else hash_table.shape[0])
 
 
 @_valid_rows_checked.register_fake
@@ -271,12 +287,8 @@ def route_reference(
             None if bias is None else bias.detach(), None if expert_scale is None else expert_scale.detach(),
             config.num_experts, config.top_k)
     else:
-        valid = valid_rows(T, num_valid_tokens, device)  # [T, 1]
-        if hashed:
-            # route() rejects token ids outside the table on the host (CPU tensors); on a device, where that
-            # check would synchronise, such a row is written as padding, never read out of bounds.
-            tid = token_ids.long()  # [T]
-            valid = valid & ((tid >= 0) & (tid < hash_table.shape[0])).unsqueeze(1)
+        valid = _live_rows(T, num_valid_tokens, device, token_ids if hashed else None,
+                           hash_table.shape[0] if hashed else 0)  # [T, 1]
     if hashed:
         tid = torch.where(valid.squeeze(1), token_ids.long(), torch.zeros_like(token_ids, dtype=torch.long))
         ids = hash_table.long()[tid]  # [T, K]
