@@ -337,7 +337,8 @@ def main(argv=None) -> int:
         total = sum(counts.values())
         spills = sum(counts[k] for k in ("STL", "LDL"))
         n_params, param_bytes = kernel_params(compiled)
-        shape = f"rows-on-warps R={kr.WARP_ROWS_ROWS}" if a.warp_rows else f"block_m={block_m} warps={num_warps}"
+        shape = (f"rows-on-warps W={kr.WARP_ROWS_WARPS} t={kr.WARP_ROWS_THREADS}" if a.warp_rows
+                 else f"block_m={block_m} warps={num_warps}")
         print(f"{name:18s} T={a.tokens:<6d} {shape} regs={registers(compiled):3d} "
               f"local={spills} "
               f"sass={total} fast_path~{fast_path_estimate(compiled)} "

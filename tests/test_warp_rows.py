@@ -45,14 +45,33 @@ CONFIGS = {
 }
 
 
-@pytest.fixture
-def forced(monkeypatch):
-    """The rows-on-warps path at every T; the launches recorded (still run)."""
+@pytest.fixture(params=[8, 32], ids=["t8", "t32"])
+def forced(request, monkeypatch):
+    """The rows-on-warps path at every T, a row on 8 threads (4 rows a warp) or on 32; the launches recorded (still
+    run)."""
     monkeypatch.setattr(kr, "warp_rows_override", True)
+    monkeypatch.setattr(kr, "WARP_ROWS_THREADS", request.param)
     seen = []
     monkeypatch.setattr(kr.wrk, "_warp_rows_kernel", kr._LaunchRecorder(kr.wrk._warp_rows_kernel, seen))
     monkeypatch.setattr(kr.rk, "_route_kernel", kr._LaunchRecorder(kr.rk._route_kernel, seen))
     return seen
+
+
+def _rows_a_program():
+    return kr.WARP_ROWS_WARPS * 32 // kr.WARP_ROWS_THREADS
+
+
+def _spread(x, plain):
+    """Rows laid out for programs of two rows (rows 2p and 2p + 1: program p) moved to programs of R rows (rows pR and
+    pR + 1, the other R - 2 rows copies of x's row `plain`, one that takes the fast path), so that each program holds
+    the same rows of x whatever the launch's R: (logits, where each row of x went)."""
+    R, T = _rows_a_program(), x.shape[0]
+    where = [(i // 2) * R + i % 2 for i in range(T)]
+    if R == 2:
+        return x, where
+    out = x[plain].repeat(-(-T // 2) * R, 1)
+    out[where] = x
+    return out, where
 
 
 def _bias(E, dtype=torch.float32, seed=0, low=0.0):
@@ -79,7 +98,7 @@ def test_routes_like_the_reference(name, exact, forced, monkeypatch):
             forced.clear()
             run_both(logits, config, bias=_bias(E, seed=T))
             assert forced and "R" in forced[0], f"{name} T={T}: the launch took the router kernel"
-            kept = config.n_group > 1 and config.topk_group * config.group_size == 128
+            kept = config.n_group > 1 and config.topk_group * config.group_size == 128 and kr.WARP_ROWS_THREADS == 32
             assert forced[0]["KEPT"] is kept
 
 
@@ -94,8 +113,8 @@ def test_half_logits_and_biases(logits_dtype, bias_dtype, forced):
     for T in TOKENS:
         forced.clear()
         run_both(_logits(T, 256, logits_dtype, seed=T), config, bias=_bias(256, bias_dtype, seed=T))
-        assert forced[0]["LT"] == (128 if logits_dtype == torch.float32 else 256)
-        assert forced[0]["KEPT"] is (logits_dtype == bias_dtype)
+        assert forced[0]["LT"] == kr.WARP_ROWS_THREADS * (4 if logits_dtype == torch.float32 else 8)
+        assert forced[0]["KEPT"] is (logits_dtype == bias_dtype and kr.WARP_ROWS_THREADS == 32)
 
 
 def _edge_rows(E, scoring, group_size=0, group_max=False):
@@ -144,12 +163,13 @@ def test_edge_rows_take_the_exact_path(config, forced):
     E = config.num_experts
     logits, why, repaired = _edge_rows(E, config.scoring, config.group_size if config.n_group > 1 else 0,
                              config.group_score == "max")
+    logits, where = _spread(logits, 1)
     bias = torch.full((E,), -0.5 if config.scoring == "sigmoid" else -0.8, device=DEVICE)
     got, _ = run_both(logits, config, bias=bias)
-    assert (got.weights[4] == 0).all()
-    assert "R" in forced[0] and forced[0]["R"] == 2
+    assert (got.weights[where[4]] == 0).all()
+    assert "R" in forced[0] and forced[0]["R"] == _rows_a_program()
     _, (redone, repairs, programs) = _counted(logits, config, bias=bias)
-    assert programs == logits.shape[0] // 2
+    assert programs == len(where) // 2
     assert redone == len({r // 2 for r in why}), (redone, why)
     assert repairs == len({r // 2 for r in repaired}), (repairs, repaired)
 
@@ -160,6 +180,7 @@ def test_a_close_row_is_redone_and_its_neighbours_are_not(forced):
     config = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True)
     logits = _logits(8, 256, seed=3)
     logits[5, :] = 0.25  # every score equal: the keys are the biases
+    logits, _ = _spread(logits, 0)
     bias = _bias(256, seed=3)
     bias[::2] = 0.1
     bias[1::2] = torch.nextafter(torch.tensor(0.1), torch.tensor(1.0)).item()  # an ulp above
@@ -326,7 +347,7 @@ def test_near_tied_groups_take_the_exact_path(forced, monkeypatch):
     logits = near_tied_group_logits(T, E, G)
     bias = torch.zeros(E, device=DEVICE)
     fast, (redone, _r, programs) = _counted(logits, config, bias=bias)
-    assert redone == programs == T // 2
+    assert redone == programs == -(-T // _rows_a_program())
     monkeypatch.setattr(kr, "force_exact_override", True)
     exact = route(logits, config, bias=bias, backend="triton")
     torch.testing.assert_close(fast.ids, exact.ids, rtol=0, atol=0)
@@ -355,12 +376,13 @@ def test_close_winners_are_repaired(name, bias_dtype, extra, forced, monkeypatch
     logits[3, one_more[3, K]] = logits[3, one_more[3, K - 1]]
     two_more = route(logits, dataclasses.replace(config, top_k=K + 2), bias=bias, backend="reference").ids.long()
     logits[5, two_more[5, K:K + 2]] = logits[5, two_more[5, K - 1]].item()
+    logits, where = _spread(logits, 0)
     forced.clear()
     got, _ = run_both(logits, config, bias=bias)
     assert forced[0]["KEPT"] is (config.n_group > 1 and bias_dtype == torch.float32
-                                 and config.topk_group * config.group_size == 128)
+                                 and config.topk_group * config.group_size == 128 and kr.WARP_ROWS_THREADS == 32)
     tie = one_more[3, K - 1:K + 1].tolist()
-    assert set(got.ids[3].tolist()) == set(one_more[3, :K - 1].tolist()) | {min(tie)}  # the tie to the lower id
+    assert set(got.ids[where[3]].tolist()) == set(one_more[3, :K - 1].tolist()) | {min(tie)}  # the tie to the lower id
     _, (redone, repairs, programs) = _counted(logits, config, bias=bias)
     assert (redone, repairs, programs) == ((1, 3, 4) if extra else (2, 3, 4))
 
@@ -380,14 +402,14 @@ def test_repair_leaves_dropped_groups_out(bias_dtype, forced, monkeypatch):
     x[:, 0] = 4.6  # key 0.99, group 0's score 1.11: dropped
     x[2, 33] = 2.0  # row 2: no tie, so not close
     x[3] = tie_free_logits(1, 256, seed=4).cpu()  # the second program (rows 2, 3): no fallback
-    logits = x.to(DEVICE)
+    logits, where = _spread(x.to(DEVICE), 3)
     bias = torch.zeros(256, dtype=bias_dtype, device=DEVICE)
     forced.clear()
     got, _ = run_both(logits, config, bias=bias)
-    assert forced[0]["KEPT"] is (bias_dtype == torch.float32)
-    assert 0 not in got.ids[0].tolist() and 0 not in got.ids[2].tolist()
+    assert forced[0]["KEPT"] is (bias_dtype == torch.float32 and kr.WARP_ROWS_THREADS == 32)
+    assert 0 not in got.ids[where[0]].tolist() and 0 not in got.ids[where[2]].tolist()
     _, (redone, repairs, programs) = _counted(logits, config, bias=bias)
-    want = (1, 1, 2) if bias_dtype == torch.bfloat16 else (0, 1, 2)
+    want = (0, 1, 2) if forced[0]["KEPT"] else (1, 1, 2)
     assert (redone, repairs, programs) == want
 
 
@@ -402,4 +424,5 @@ def test_tie_heavy_rows_route_like_the_reference(name, forced):
         logits = (_logits(37, E, seed=E) * 4).round() / 4
         forced.clear()
         run_both(logits.to(dtype), config, bias=_bias(E, dtype, seed=E))
-        assert ("R" in forced[0]) is (dtype == torch.float32 or E % 256 == 0)  # 128 bf16 lanes: not a chunk
+        # a chunk: the row's threads' 16-byte loads (128 bf16 lanes are not one of 32 threads)
+        assert ("R" in forced[0]) is (dtype == torch.float32 or E % (8 * kr.WARP_ROWS_THREADS) == 0)

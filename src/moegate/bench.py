@@ -710,11 +710,17 @@ AB_VARIANTS = {
 # allows it (rows-a-warp; -4: four rows a program; -rN: ptxas capped at N registers, 0 none), or off (router-kernel).
 AB_VARIANTS["router-kernel"] = {"warp_rows_override": False}
 AB_VARIANTS["rows-a-warp"] = {"warp_rows_override": True}
-AB_VARIANTS["rows-a-warp-4"] = {"warp_rows_override": True, "WARP_ROWS_ROWS": 4}
+AB_VARIANTS["rows-a-warp-4"] = {"warp_rows_override": True, "WARP_ROWS_WARPS": 4}
+# ... with a row on N threads (32 // N rows a warp; -rM: capped at M registers, 0 none)
+for _t in (32, 16, 8):
+    AB_VARIANTS[f"rows-t{_t}"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": _t}
+    for _n in (0, 48, 64, 96, 128):
+        AB_VARIANTS[f"rows-t{_t}-r{_n}"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": _t,
+                                           "WARP_ROWS_MAX_REGISTERS": {_t: _n}}
+    for _w in (1, 4):  # ... on W warps a program (WARP_ROWS_WARPS)
+        AB_VARIANTS[f"rows-t{_t}-w{_w}"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": _t, "WARP_ROWS_WARPS": _w}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}
 AB_VARIANTS["rows-a-warp-extra0"] = {"warp_rows_override": True, "WARP_ROWS_EXTRA": 0}
-for _n in (0, 32, 48):
-    AB_VARIANTS[f"rows-a-warp-r{_n}"] = {"warp_rows_override": True, "WARP_ROWS_MAX_REGISTERS": _n}
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one
 # warp on a 1024-lane row (the launcher: 128 below T = 16384, 123 registers and 16 warps an SM; 80 from there, 25 warps;
 # sm_90 SASS of 896 top-16 at T = 65536: 112 -> 18 warps, 104 -> 19, both 18 bytes spilled and 7 more fast-path

@@ -347,8 +347,9 @@ WARP_ROWS = True
 WARP_ROWS_MIN_TOKENS = 32768
 WARP_ROWS_GROUPS = False
 WARP_ROWS_LANES = (256,)
-WARP_ROWS_ROWS = 2
-WARP_ROWS_MAX_REGISTERS = 32
+WARP_ROWS_WARPS = 2
+WARP_ROWS_THREADS = 8
+WARP_ROWS_MAX_REGISTERS = {32: 32, 16: 64, 8: 64}
 WARP_ROWS_REPAIR = True
 WARP_ROWS_EXTRA = 1
 warp_rows_override: bool | None = None
@@ -802,7 +803,8 @@ def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, pack
             or l2p is not None or packed is not None or rec_ids is not None or spec.K > 31):
         return None
     esize = logits.element_size()
-    chunk = 32 * (16 // esize)  # a thread's 16-byte load of adjacent lanes, 32 threads
+    threads = WARP_ROWS_THREADS
+    chunk = threads * (16 // esize)  # a thread's 16-byte load of adjacent lanes, `threads` threads a row
     aligned = logits.data_ptr() % 16 == 0 and (logits.stride(0) * esize) % 16 == 0
     if (lanes & (lanes - 1) or lanes % chunk or logits.stride(1) != 1 or not aligned or bias.stride(0) != 1
             or bias.data_ptr() % 16 or (spec.N_GROUP > 1 and (spec.GROUP_SIZE & (spec.GROUP_SIZE - 1)
@@ -811,15 +813,20 @@ def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, pack
     # The kept groups' lanes read again (KEPT): 128 of them, four adjacent a thread, the bias through the logits'
     # pointers (the same dtype, 16-byte offsets).
     offset = bias.data_ptr() - logits.data_ptr()
-    kept = (spec.N_GROUP > 1 and spec.TOPK_GROUP * spec.GROUP_SIZE == 128 and spec.GROUP_SIZE % 4 == 0
+    kept = (threads == 32 and spec.N_GROUP > 1 and spec.TOPK_GROUP * spec.GROUP_SIZE == 128 and spec.GROUP_SIZE % 4 == 0
             and spec.N_GROUP <= 16 and spec.TOPK_GROUP <= 8 and bias.dtype == logits.dtype and offset % 16 == 0)
-    return WARP_ROWS_ROWS, lanes // chunk, chunk, kept, offset // esize if kept else 0
+    # The epilogue's [words, R] tiles: a word a thread, K + 1 + EXTRA of them (the winners, the first loser, _repair's
+    # extra candidates), at least a row's threads, at most 32.
+    words = min(32, max(threads, 1 << (spec.K + WARP_ROWS_EXTRA).bit_length()))
+    return WARP_ROWS_WARPS * (32 // threads), lanes // chunk, chunk, kept, offset // esize if kept else 0, words
 
 
 def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float, rsf: float, rows: int,
-                      chunks: int, chunk: int, kept: bool, bias_offset: int) -> None:
+                      chunks: int, chunk: int, kept: bool, bias_offset: int, words: int) -> None:
     T = logits.shape[0]
-    extra = {"maxnreg": WARP_ROWS_MAX_REGISTERS} if WARP_ROWS_MAX_REGISTERS else {}
+    threads = chunk * logits.element_size() // 16  # a row's threads: 32 // threads rows a warp
+    cap = WARP_ROWS_MAX_REGISTERS.get(threads)
+    extra = {"maxnreg": cap} if cap else {}
     if maxnreg_override is not None:
         extra = {"maxnreg": maxnreg_override} if maxnreg_override else {}
     stats = count_fallbacks_into
@@ -829,10 +836,10 @@ def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float
         bias_offset if kept else None, stats,
         K=spec.K, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
         GROUP_MAX=bool(spec.GROUP_MAX), SCORING=spec.SCORING, RENORMALIZE=bool(spec.RENORMALIZE),
-        EPS_CLAMP=bool(spec.EPS_CLAMP), APPLY_RSF=bool(spec.APPLY_RSF), R=rows, NC=chunks, LT=chunk, KEPT=kept,
-        REPAIR=WARP_ROWS_REPAIR, EXTRA=min(WARP_ROWS_EXTRA, 31 - spec.K),  # at most 32 words: K = 31 finds no extra
+        EPS_CLAMP=bool(spec.EPS_CLAMP), APPLY_RSF=bool(spec.APPLY_RSF), R=rows, NC=chunks, LT=chunk, KC=words,
+        KEPT=kept, REPAIR=WARP_ROWS_REPAIR, EXTRA=min(WARP_ROWS_EXTRA, words - 1 - spec.K),  # at most `words` words
         FORCE_EXACT=force_exact_override,
-        COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(), num_warps=rows, **extra,
+        COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(), num_warps=rows * threads // 32, **extra,
     )
 
 

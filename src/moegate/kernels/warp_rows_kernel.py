@@ -92,7 +92,8 @@ def _warp_rows_kernel(
     RENORMALIZE: tl.constexpr,
     EPS_CLAMP: tl.constexpr,
     APPLY_RSF: tl.constexpr,
-    R: tl.constexpr,  # rows a program, one a warp (num_warps = R)
+    R: tl.constexpr,  # rows a program, 32 // KC a warp (num_warps = R * KC // 32)
+    KC: tl.constexpr,  # threads a row, a word a thread in the epilogue ([KC, R] tiles)
     NC: tl.constexpr,  # chunks of LT lanes a row
     LT: tl.constexpr,  # 32 * VEC lanes a chunk
     KEPT: tl.constexpr,  # rounds on the kept groups' lanes (TOPK_GROUP * GROUP_SIZE == 128)
@@ -177,12 +178,12 @@ def _warp_rows_kernel(
     flag = flag | (base < 0)  # below a negative base, negative keys' raw bits would not clamp to distance 0
     word = ((tl.maximum(hi, base[:, None, None]) - base[:, None, None]) << LANE_BITS) | inv
     top = _row_max(word)
-    kc = tl.arange(0, 32)[:, None] + (rows * 0)[None, :]  # [32, R]: a word a thread
+    kc = tl.arange(0, KC)[:, None] + (rows * 0)[None, :]  # [KC, R]: a word a thread
     wk = tl.where(kc == 0, top[None, :], 0)
     cur = top
     widest = tl.full(top.shape, INT32_MIN, tl.int32)  # the largest step: minus the closest two adjacent words
     C: tl.constexpr = K + 1 + EXTRA  # words found: the K winners, the first loser, EXTRA more (_repair's candidates)
-    tl.static_assert(C <= 32)
+    tl.static_assert(C <= KC)
     for i in tl.static_range(1, C):
         step = _row_max((word - cur[:, None, None]).to(tl.uint32, bitcast=True)).to(tl.int32, bitcast=True)
         cur = cur + step  # the next word down (the unsigned max of word - cur: the smallest distance below)
@@ -236,7 +237,7 @@ def _warp_rows_kernel(
             tl.atomic_add(stats_ptr, 1)
         _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf, K,
                        N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, RENORMALIZE, EPS_CLAMP, APPLY_RSF, R, NC,
-                       LT, ACCURATE)
+                       LT, KC, ACCURATE)
 
 
 @triton.jit
@@ -305,7 +306,7 @@ def _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps
 def _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf,
                    K: tl.constexpr, N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr,
                    GROUP_MAX: tl.constexpr, SCORING: tl.constexpr, RENORMALIZE: tl.constexpr, EPS_CLAMP: tl.constexpr,
-                   APPLY_RSF: tl.constexpr, R: tl.constexpr, NC: tl.constexpr, LT: tl.constexpr,
+                   APPLY_RSF: tl.constexpr, R: tl.constexpr, NC: tl.constexpr, LT: tl.constexpr, KC: tl.constexpr,
                    ACCURATE: tl.constexpr):
     """The program's R rows on the exact path, stored: the reference's selection (exact keys, dead lanes at -inf,
     ties to the lower id and the lower group) on the fast path's [R, NC, LT] tiles, so no barrier either: a launch
@@ -341,7 +342,7 @@ def _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride
     # lanes (-inf) stay above the dropped groups' (INT32_MIN), as the reference's exclude has them.
     inv = (W - 1) - lane3
     avail = lane3 >= 0
-    kc = tl.arange(0, 32)[:, None] + (rows * 0)[None, :]  # [32, R]
+    kc = tl.arange(0, KC)[:, None] + (rows * 0)[None, :]  # [KC, R]
     ids = tl.zeros(kc.shape, tl.int32)
     for i in range(K):  # a loop, not unrolled: less code, the same time (H100 run 160)
         best = _row_max(tl.where(avail, hi, INT32_MIN))
