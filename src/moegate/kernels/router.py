@@ -813,7 +813,7 @@ def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, pack
     # The kept groups' lanes read again (KEPT): 128 of them, four adjacent a thread, the bias through the logits'
     # pointers (the same dtype, 16-byte offsets).
     offset = bias.data_ptr() - logits.data_ptr()
-    kept = (threads == 32 and spec.N_GROUP > 1 and spec.TOPK_GROUP * spec.GROUP_SIZE == 128 and spec.GROUP_SIZE % 4 == 0
+    kept = (spec.N_GROUP > 1 and spec.TOPK_GROUP * spec.GROUP_SIZE == 128 and spec.GROUP_SIZE % 4 == 0
             and spec.N_GROUP <= 16 and spec.TOPK_GROUP <= 8 and bias.dtype == logits.dtype and offset % 16 == 0)
     # The epilogue's [words, R] tiles: a word a thread, K + 1 + EXTRA of them (the winners, the first loser, _repair's
     # extra candidates), at least a row's threads, at most 32.

@@ -1,14 +1,20 @@
-"""Large launches of sigmoid / sqrt-softplus routers with a correction bias: a program of R rows on R warps.
+"""Large launches of sigmoid / sqrt-softplus routers with a correction bias: a program of R rows, 32 // TH a warp.
 
 The router kernel (router_kernel.py) runs such rows one a one-warp program: 65536 of them take ~41 us to start on
 a Hopper GPU whatever they do (BENCHMARKS.md runs 148-149), about what the whole launch takes. Here a program routes
-R rows, one a warp. Triton puts warps on the columns of a [R, lanes] tile (every row reduction then crosses warps
-through shared memory), so the row is a [R, NC, LT] tile instead: LT = 32 * VEC lanes (VEC adjacent lanes a thread,
-one 16-byte load), NC = lanes / LT chunks in registers. Triton's coalescing orders a load's dimensions by contiguity,
-ties from the lowest, so the tile's 32 threads go on the LT lanes and the warps on the rows, and every value computed
-from the tile keeps that layout: a row's reductions are in-thread steps and shuffles, no barrier (sm_90 SASS: none on
-the fast path). The epilogue runs on [32, R] tensors (a winner a thread) for the same reason: a gather has no
-contiguity, so its layout fills the lower dimension first.
+R rows, a row on TH threads of a warp (TH = LT / VEC: 32, or 8 for four rows a warp). Triton puts warps on the
+columns of a [R, lanes] tile (every row reduction then crosses warps through shared memory), so the row is a
+[R, NC, LT] tile instead: LT = TH * VEC lanes (VEC adjacent lanes a thread, one 16-byte load), NC = lanes / LT chunks
+in registers. Triton's coalescing orders a load's dimensions by contiguity, ties from the lowest, so the tile's
+threads go on the LT lanes (TH of them), the warp's other 32 / TH threads and the warps on the rows, and every value
+computed from the tile keeps that layout: a row's reductions are in-thread steps and shuffles within its TH threads,
+no barrier (sm_90 SASS: none on the fast path but the flags' reduction over the warps and, where the words outnumber
+the threads, one exchange of the winners). The epilogue runs on [KC, R] tensors (a word a thread: the winners, the
+first loser, EXTRA more) for the same reason: a gather has no contiguity, so its layout fills the lower dimension
+first, KC threads on the words and the rest on the rows. Fewer threads a row cost nothing in the elementwise work (a
+warp's instruction still takes 32 lanes, of four rows) and divide what a row spends on shuffles, on scalars (its
+checks, each round's word) and on the epilogue's idle lanes (K of KC busy) by four: sm_90 SASS of the fast path, a
+row, DeepSeek-V4 483 -> 323 instructions, DeepSeek-V3 bf16 527 -> 375 (counted offline, 2026-12-06).
 
 One row, on the fast path (docs/kernel.md, "Rows on warps, a row a warp"):
 1. the fast keys of the router's APPROX_KEYS (sigmoid: ex2 / rcp approx; sqrt-softplus: ex2 / lg2 / sqrt approx)
@@ -92,11 +98,11 @@ def _warp_rows_kernel(
     RENORMALIZE: tl.constexpr,
     EPS_CLAMP: tl.constexpr,
     APPLY_RSF: tl.constexpr,
-    R: tl.constexpr,  # rows a program, 32 // KC a warp (num_warps = R * KC // 32)
-    KC: tl.constexpr,  # threads a row, a word a thread in the epilogue ([KC, R] tiles)
+    R: tl.constexpr,  # rows a program, 32 * VEC // LT a warp
+    KC: tl.constexpr,  # words a row ([KC, R] tiles, a word a thread): at least K + 1 + EXTRA and LT // VEC
     NC: tl.constexpr,  # chunks of LT lanes a row
-    LT: tl.constexpr,  # 32 * VEC lanes a chunk
-    KEPT: tl.constexpr,  # rounds on the kept groups' lanes (TOPK_GROUP * GROUP_SIZE == 128)
+    LT: tl.constexpr,  # TH * VEC lanes a chunk: a 16-byte load on each of the row's TH threads
+    KEPT: tl.constexpr,  # rounds on the kept groups' lanes (TOPK_GROUP * GROUP_SIZE == 128; 32 threads a row)
     REPAIR: tl.constexpr,  # close rows to _repair (else to the exact path)
     EXTRA: tl.constexpr,  # _repair's candidates past the first loser
     FORCE_EXACT: tl.constexpr,  # every program takes the exact path (tests)
@@ -153,7 +159,11 @@ def _warp_rows_kernel(
             # 4-bit field s: the group ranked s. The words' low bits are the compact lane (an arange, so no layout
             # conversion), which orders equal fast keys by the groups' rank: the margins flag every such row.
             slots = tl.sum(tl.where(kept, g << (4 * above), 0), axis=1)  # [R]
-            c = tl.arange(0, KW)[None, None, :] + (rows * 0)[:, None, None]  # [R, 1, KW]
+            # [R, KW // LK, LK]: four lanes of a group a thread, on the row's LT // VEC threads
+            VEC: tl.constexpr = 128 // logits_ptr.dtype.element_ty.primitive_bitwidth
+            LK: tl.constexpr = (LT // VEC) * 4
+            c = (tl.arange(0, KW // LK)[None, :, None] * LK + tl.arange(0, LK)[None, None, :]
+                 + (rows * 0)[:, None, None])
             GS_BITS: tl.constexpr = GS.bit_length() - 1
             lane_k = ((slots[:, None, None] >> ((c >> GS_BITS) << 2)) & 15) * GS + (c & (GS - 1))
             lane_k = tl.max_contiguous(tl.multiple_of(lane_k, [1, 1, 4]), [1, 1, 4])  # four lanes of a group a thread
@@ -200,7 +210,7 @@ def _warp_rows_kernel(
     err = _key_err(tl.abs(best.to(tl.float32, bitcast=True)), SCORING, bias_mag)
     flag = flag | (n_bits < 0x00800000)
     close = gap * ulp <= 2.0 * err  # [R]: rows _repair reorders on exact keys
-    cw = (1 << LANE_BITS) - 1 - (wk & ((1 << LANE_BITS) - 1))  # [32, R]
+    cw = (1 << LANE_BITS) - 1 - (wk & ((1 << LANE_BITS) - 1))  # [KC, R]
     if KEPT:
         GSB: tl.constexpr = GROUP_SIZE.bit_length() - 1
         cw = cw - ((1 << LANE_BITS) - 128)  # the compact lane
@@ -262,10 +272,10 @@ def _before(h_a, id_a, h_b, id_b):
 def _repair(ids, kc, bound, row_ptr, bias_ptr, K: tl.constexpr, C: tl.constexpr, SCORING: tl.constexpr,
             ACCURATE: tl.constexpr):
     """Rows whose fast-key winners are closer than the keys' error, reordered on exact keys instead of the exact
-    path: the lanes of the C best fast words (ids: one a thread of [32, R]) read back from the logits and the bias,
+    path: the lanes of the C best fast words (ids: one a thread of [KC, R]) read back from the logits and the bias,
     scored exactly, ranked by counting (the higher key, then the lower id: the reference's order). Every other lane's
     exact key is at most bound ([R]: the C-th word's fast key plus _key_err): where the K-th exact key among the
-    candidates beats it, the candidates' exact top K is the row's. Returns ([32, R] ids of the K winners, [R] whether
+    candidates beats it, the candidates' exact top K is the row's. Returns ([KC, R] ids of the K winners, [R] whether
     the bound held). The program's rows have no NaN or infinite logit here (those take the exact path)."""
     cand = kc < C
     x = tl.load(row_ptr[None, :] + ids, mask=cand, other=0.0).to(tl.float32)
@@ -286,7 +296,7 @@ def _repair(ids, kc, bound, row_ptr, bias_ptr, K: tl.constexpr, C: tl.constexpr,
 def _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K: tl.constexpr,
               SCORING: tl.constexpr, RENORMALIZE: tl.constexpr, EPS_CLAMP: tl.constexpr, APPLY_RSF: tl.constexpr,
               ACCURATE: tl.constexpr):
-    """Steps 6-8 on [32, R] winners (column K and beyond ignored): the winners' logits gathered again and scored
+    """Steps 6-8 on [KC, R] winners (column K and beyond ignored): the winners' logits gathered again and scored
     exactly, renormalised, scaled; weights and ids stored for the rows < T."""
     live = kc < K
     xw = _gather_logits(row_ptr[None, :], ids, 1, live, 1.0, 1.0, False, False, ACCURATE)
