@@ -323,8 +323,9 @@ SHIFT_WORDS_MIN_K = 17
 shift_words_override: bool | None = None
 
 # Rows on warps, a row a warp (kernels/warp_rows_kernel.py): sigmoid / sqrt-softplus rows with a bias, E a power of
-# 2 and a multiple of a chunk (128 fp32 / 256 bf16 / fp16 lanes), none of the layout's or the config's extras (scale,
-# softcap, placement, shared slots, padding, capture, packed words, expert scales, p-norms, zero-filled groups).
+# 2 and a multiple of a chunk (a row's threads' 16-byte loads: 128 fp32 / 256 bf16 / fp16 lanes on 32), none of
+# the layout's or the config's extras (scale, softcap, placement, shared slots, padding, capture, packed words, expert
+# scales, p-norms, zero-filled groups).
 # H100, BENCHMARKS.md run 162 (the same launches with it and without, the mean over three inputs a T, each input timed
 # in place: warm in L2 below T ~ 32768): without groups it is faster from T = 2048 (DeepSeek-V4 T=2048 3.32 against
 # 3.93 us, 4096 4.49 / 5.26, 16384 11.16 / 12.07, 65536 39.71 / 42.59; T=1024, run 161: 2.99 / 2.19). The bench's
@@ -336,9 +337,12 @@ shift_words_override: bool | None = None
 # bf16 42.67 / 42.52): its fast path alone is faster (34.6 us at 65536) but a program whose groups' scores are within
 # the keys' error takes the exact path (~14 a launch at 65536), ~8 us of latency a launch waits for. WARP_ROWS_LANES:
 # the row widths it takes by default (512 top-22, run 161: 104.7 against 79.8 us at T = 65536; its rounds run over 16
-# lanes a thread, the router kernel's on cached words). WARP_ROWS_ROWS rows (= warps) a program;
-# WARP_ROWS_MAX_REGISTERS caps ptxas: the fast path needs 32 (64 warps an SM), the exact path (a function not inlined)
-# spills at 32 (sm_90 SASS, counted offline). WARP_ROWS_REPAIR: close rows reordered on the exact keys of their K + 1
+# lanes a thread, the router kernel's on cached words). WARP_ROWS_WARPS warps a program, a row on WARP_ROWS_THREADS
+# threads (32 // WARP_ROWS_THREADS rows a warp; docs/kernel.md, "Four rows a warp": 8 threads take DeepSeek-V4's row
+# from 483 sm_90 instructions to 323 and DeepSeek-V3 fp32's from 513 to 348, counted offline, not yet timed on a GPU,
+# so the launcher keeps 32); WARP_ROWS_MAX_REGISTERS caps ptxas by WARP_ROWS_THREADS: 32 threads' fast path needs 32
+# registers (64 warps an SM), 8 threads' 64 (32 warps, 128 rows in flight); the exact path (a function not inlined)
+# spills there (sm_90 SASS, counted offline). WARP_ROWS_REPAIR: close rows reordered on the exact keys of their K + 1
 # + WARP_ROWS_EXTRA best words (_repair) rather than redone on the exact path (run 162: DeepSeek-V4 65536 39.71
 # against 41.35 us, 4096 4.49 / 5.76). warp_rows_override forces the path on (at any T >= 1 and width the config
 # allows) or off (tests, --ab-variants); where it is None, a router-kernel override (_ROUTER_KERNEL_OVERRIDES) keeps
@@ -348,7 +352,7 @@ WARP_ROWS_MIN_TOKENS = 32768
 WARP_ROWS_GROUPS = False
 WARP_ROWS_LANES = (256,)
 WARP_ROWS_WARPS = 2
-WARP_ROWS_THREADS = 8
+WARP_ROWS_THREADS = 32
 WARP_ROWS_MAX_REGISTERS = {32: 32, 16: 64, 8: 64}
 WARP_ROWS_REPAIR = True
 WARP_ROWS_EXTRA = 1
