@@ -45,27 +45,28 @@ CONFIGS = {
 }
 
 
-@pytest.fixture(params=[8, 32], ids=["t8", "t32"])
+@pytest.fixture(params=[(8, (1, 2)), (32, 2)], ids=["t8", "t32"])
 def forced(request, monkeypatch):
-    """The rows-on-warps path at every T, a row on 8 threads (4 rows a warp) or on 32; the launches recorded (still
-    run)."""
+    """The rows-on-warps path at every T, a row on 8 threads (4 rows a warp; one warp a program without groups, two
+    with) or on 32 (two warps a program); the launches recorded (still run)."""
     monkeypatch.setattr(kr, "warp_rows_override", True)
-    monkeypatch.setattr(kr, "WARP_ROWS_THREADS", request.param)
+    monkeypatch.setattr(kr, "WARP_ROWS_THREADS", request.param[0])
+    monkeypatch.setattr(kr, "WARP_ROWS_WARPS", request.param[1])
     seen = []
     monkeypatch.setattr(kr.wrk, "_warp_rows_kernel", kr._LaunchRecorder(kr.wrk._warp_rows_kernel, seen))
     monkeypatch.setattr(kr.rk, "_route_kernel", kr._LaunchRecorder(kr.rk._route_kernel, seen))
     return seen
 
 
-def _rows_a_program():
-    return kr.WARP_ROWS_WARPS * 32 // kr.WARP_ROWS_THREADS
+def _rows_a_program(grouped):
+    return kr._by_groups(kr.WARP_ROWS_WARPS, grouped) * 32 // kr.WARP_ROWS_THREADS
 
 
-def _spread(x, plain):
+def _spread(x, plain, grouped):
     """Rows laid out for programs of two rows (rows 2p and 2p + 1: program p) moved to programs of R rows (rows pR and
     pR + 1, the other R - 2 rows copies of x's row `plain`, one that takes the fast path), so that each program holds
     the same rows of x whatever the launch's R: (logits, where each row of x went)."""
-    R, T = _rows_a_program(), x.shape[0]
+    R, T = _rows_a_program(grouped), x.shape[0]
     where = [(i // 2) * R + i % 2 for i in range(T)]
     if R == 2:
         return x, where
@@ -163,11 +164,11 @@ def test_edge_rows_take_the_exact_path(config, forced):
     E = config.num_experts
     logits, why, repaired = _edge_rows(E, config.scoring, config.group_size if config.n_group > 1 else 0,
                              config.group_score == "max")
-    logits, where = _spread(logits, 1)
+    logits, where = _spread(logits, 1, config.n_group > 1)
     bias = torch.full((E,), -0.5 if config.scoring == "sigmoid" else -0.8, device=DEVICE)
     got, _ = run_both(logits, config, bias=bias)
     assert (got.weights[where[4]] == 0).all()
-    assert "R" in forced[0] and forced[0]["R"] == _rows_a_program()
+    assert "R" in forced[0] and forced[0]["R"] == _rows_a_program(config.n_group > 1)
     _, (redone, repairs, programs) = _counted(logits, config, bias=bias)
     assert programs == len(where) // 2
     assert redone == len({r // 2 for r in why}), (redone, why)
@@ -180,7 +181,7 @@ def test_a_close_row_is_redone_and_its_neighbours_are_not(forced):
     config = RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True)
     logits = _logits(8, 256, seed=3)
     logits[5, :] = 0.25  # every score equal: the keys are the biases
-    logits, _ = _spread(logits, 0)
+    logits, _ = _spread(logits, 0, False)
     bias = _bias(256, seed=3)
     bias[::2] = 0.1
     bias[1::2] = torch.nextafter(torch.tensor(0.1), torch.tensor(1.0)).item()  # an ulp above
@@ -250,13 +251,14 @@ def test_what_it_cannot_take_goes_to_the_router_kernel(case, forced):
 
 
 def test_where_the_launcher_takes_it(monkeypatch):
-    """Without an override: from WARP_ROWS_MIN_TOKENS on, rows of WARP_ROWS_LANES lanes, without groups unless
-    WARP_ROWS_GROUPS (nothing launched here)."""
+    """Without an override: from WARP_ROWS_MIN_TOKENS on, rows of WARP_ROWS_LANES lanes, with groups from
+    WARP_ROWS_GROUPS (None: never; nothing launched here)."""
     low, cases = kr.WARP_ROWS_MIN_TOKENS, []
     for name, T, want in (("deepseek-v4", low - 1, False), ("deepseek-v4", low, True), ("sigmoid", 65536, True),
                           ("deepseek-v3", 65536, False), ("512-top22", 65536, False), ("eps-clamp", 65536, False)):
-        cases.append((name, T, want, False))
-    cases += [("deepseek-v3", low, True, True), ("deepseek-v3", low - 1, False, True)]
+        cases.append((name, T, want, None))
+    cases += [("deepseek-v3", low, True, low), ("deepseek-v3", low - 1, False, low),
+              ("deepseek-v3", 2 * low, True, 2 * low), ("deepseek-v3", 2 * low - 1, False, 2 * low)]
     for name, T, want, groups in cases:
         monkeypatch.setattr(kr, "WARP_ROWS_GROUPS", groups)
         config = CONFIGS[name]
@@ -327,9 +329,9 @@ def test_cuda_graph_replay_and_compile_match_eager():
 @pytest.mark.parametrize("name,groups", [("deepseek-v3", False), ("deepseek-v3", True), ("deepseek-v4", False),
                                          ("512-top22", False)])
 def test_large_launches_route_like_the_reference(name, groups, monkeypatch):
-    """The benchmark's sizes, as the launcher picks the path (groups: WARP_ROWS_GROUPS on, so DeepSeek-V3 takes the
-    rows-on-warps kernel too): T = 32768 and 65536 (the last program full), 65535."""
-    monkeypatch.setattr(kr, "WARP_ROWS_GROUPS", groups)
+    """The benchmark's sizes, as the launcher picks the path (groups: WARP_ROWS_GROUPS from 32768, so DeepSeek-V3
+    takes the rows-on-warps kernel at each T; else never): T = 32768 and 65536 (the last program full), 65535."""
+    monkeypatch.setattr(kr, "WARP_ROWS_GROUPS", 32768 if groups else None)
     config = CONFIGS[name]
     E = config.num_experts
     for T in (32768, 65535, 65536):
@@ -347,7 +349,7 @@ def test_near_tied_groups_take_the_exact_path(forced, monkeypatch):
     logits = near_tied_group_logits(T, E, G)
     bias = torch.zeros(E, device=DEVICE)
     fast, (redone, _r, programs) = _counted(logits, config, bias=bias)
-    assert redone == programs == -(-T // _rows_a_program())
+    assert redone == programs == -(-T // _rows_a_program(True))
     monkeypatch.setattr(kr, "force_exact_override", True)
     exact = route(logits, config, bias=bias, backend="triton")
     torch.testing.assert_close(fast.ids, exact.ids, rtol=0, atol=0)
@@ -376,7 +378,7 @@ def test_close_winners_are_repaired(name, bias_dtype, extra, forced, monkeypatch
     logits[3, one_more[3, K]] = logits[3, one_more[3, K - 1]]
     two_more = route(logits, dataclasses.replace(config, top_k=K + 2), bias=bias, backend="reference").ids.long()
     logits[5, two_more[5, K:K + 2]] = logits[5, two_more[5, K - 1]].item()
-    logits, where = _spread(logits, 0)
+    logits, where = _spread(logits, 0, config.n_group > 1)
     forced.clear()
     got, _ = run_both(logits, config, bias=bias)
     assert forced[0]["KEPT"] is (config.n_group > 1 and bias_dtype == torch.float32
@@ -402,7 +404,7 @@ def test_repair_leaves_dropped_groups_out(bias_dtype, forced, monkeypatch):
     x[:, 0] = 4.6  # key 0.99, group 0's score 1.11: dropped
     x[2, 33] = 2.0  # row 2: no tie, so not close
     x[3] = tie_free_logits(1, 256, seed=4).cpu()  # the second program (rows 2, 3): no fallback
-    logits, where = _spread(x.to(DEVICE), 3)
+    logits, where = _spread(x.to(DEVICE), 3, True)
     bias = torch.zeros(256, dtype=bias_dtype, device=DEVICE)
     forced.clear()
     got, _ = run_both(logits, config, bias=bias)

@@ -716,7 +716,7 @@ for _t in (32, 16, 8):
     AB_VARIANTS[f"rows-t{_t}"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": _t}
     for _n in (0, 48, 64, 96, 128):
         AB_VARIANTS[f"rows-t{_t}-r{_n}"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": _t,
-                                           "WARP_ROWS_MAX_REGISTERS": {_t: _n}}
+                                           "WARP_ROWS_MAX_REGISTERS": {_t: (_n, _n)}}
     for _w in (1, 4):  # ... on W warps a program (WARP_ROWS_WARPS)
         AB_VARIANTS[f"rows-t{_t}-w{_w}"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": _t, "WARP_ROWS_WARPS": _w}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}

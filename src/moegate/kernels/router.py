@@ -348,12 +348,12 @@ shift_words_override: bool | None = None
 # allows) or off (tests, --ab-variants); where it is None, a router-kernel override (_ROUTER_KERNEL_OVERRIDES) keeps
 # the path off.
 WARP_ROWS = True
-WARP_ROWS_MIN_TOKENS = 32768
-WARP_ROWS_GROUPS = False
+WARP_ROWS_MIN_TOKENS = 16384
+WARP_ROWS_GROUPS: int | None = 65536
 WARP_ROWS_LANES = (256,)
-WARP_ROWS_WARPS = 2
-WARP_ROWS_THREADS = 32
-WARP_ROWS_MAX_REGISTERS = {32: 32, 16: 64, 8: 64}
+WARP_ROWS_THREADS = 8
+WARP_ROWS_WARPS = (1, 2)
+WARP_ROWS_MAX_REGISTERS = {32: (32, 32), 16: (64, 64), 8: (64, 96)}
 WARP_ROWS_REPAIR = True
 WARP_ROWS_EXTRA = 1
 warp_rows_override: bool | None = None
@@ -792,12 +792,13 @@ def _router_kernel_forced() -> bool:
 
 def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, packed, rec_ids, spec: _Spec,
                     logit_scale: float):
-    """(rows a program, chunks, lanes a chunk, KEPT, bias offset) where the launch takes the rows-on-warps kernel
+    """(rows a program, chunks, lanes a chunk, KEPT, bias offset, words) where the launch takes the rows-on-warps kernel
     (see WARP_ROWS), else None."""
     T = logits.shape[0]
     lanes = spec.N_GROUP * spec.GROUP_SIZE
+    grouped = spec.N_GROUP > 1
     on = (WARP_ROWS and T >= WARP_ROWS_MIN_TOKENS and lanes in WARP_ROWS_LANES
-          and (spec.N_GROUP == 1 or WARP_ROWS_GROUPS) and not _router_kernel_forced()
+          and (not grouped or (WARP_ROWS_GROUPS is not None and T >= WARP_ROWS_GROUPS)) and not _router_kernel_forced()
           if warp_rows_override is None else warp_rows_override)
     if not on or T < 1 or bias is None or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return None
@@ -822,14 +823,20 @@ def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, pack
     # The epilogue's [words, R] tiles: a word a thread, K + 1 + EXTRA of them (the winners, the first loser, _repair's
     # extra candidates), at least a row's threads, at most 32.
     words = min(32, max(threads, 1 << (spec.K + WARP_ROWS_EXTRA).bit_length()))
-    return WARP_ROWS_WARPS * (32 // threads), lanes // chunk, chunk, kept, offset // esize if kept else 0, words
+    warps = _by_groups(WARP_ROWS_WARPS, grouped)
+    return warps * (32 // threads), lanes // chunk, chunk, kept, offset // esize if kept else 0, words
+
+
+def _by_groups(value, grouped: bool):
+    """A WARP_ROWS_ setting: (rows without groups, rows with groups), or one value for both."""
+    return value[grouped] if isinstance(value, tuple) else value
 
 
 def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float, rsf: float, rows: int,
                       chunks: int, chunk: int, kept: bool, bias_offset: int, words: int) -> None:
     T = logits.shape[0]
     threads = chunk * logits.element_size() // 16  # a row's threads: 32 // threads rows a warp
-    cap = WARP_ROWS_MAX_REGISTERS.get(threads)
+    cap = _by_groups(WARP_ROWS_MAX_REGISTERS.get(threads), spec.N_GROUP > 1)
     extra = {"maxnreg": cap} if cap else {}
     if maxnreg_override is not None:
         extra = {"maxnreg": maxnreg_override} if maxnreg_override else {}
