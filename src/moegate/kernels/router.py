@@ -322,31 +322,25 @@ trunc_logit_words_override: bool | None = None
 SHIFT_WORDS_MIN_K = 17
 shift_words_override: bool | None = None
 
-# Rows on warps, a row a warp (kernels/warp_rows_kernel.py): sigmoid / sqrt-softplus rows with a bias, E a power of
-# 2 and a multiple of a chunk (a row's threads' 16-byte loads: 128 fp32 / 256 bf16 / fp16 lanes on 32), none of
-# the layout's or the config's extras (scale, softcap, placement, shared slots, padding, capture, packed words, expert
-# scales, p-norms, zero-filled groups).
-# H100, BENCHMARKS.md run 162 (the same launches with it and without, the mean over three inputs a T, each input timed
-# in place: warm in L2 below T ~ 32768): without groups it is faster from T = 2048 (DeepSeek-V4 T=2048 3.32 against
-# 3.93 us, 4096 4.49 / 5.26, 16384 11.16 / 12.07, 65536 39.71 / 42.59; T=1024, run 161: 2.99 / 2.19). The bench's
-# table, its inputs rotated over 256 MB (read from HBM), had it slower at T = 4096 / 8192 (run 163: 5.48 / 8.42 us
-# against the router kernel's 5.24 / 8.13 in run 145, another call), and in one call (run 166, rotated, the router
-# kernel / this one) 5.23 / 5.47 at 4096, 8.15 / 8.52 at 8192, 12.95 / 13.30 at 16384, 42.59 / 40.01 at 65536 (run
-# 163: 22.20 against 22.92 at 32768): on inputs read from HBM it gains from T = 32768 only, where it starts. With
-# groups (WARP_ROWS_GROUPS) level or slower at every T (DeepSeek-V3 fp32 65536 43.52 / 42.79, 16384 13.25 / 12.25;
-# bf16 42.67 / 42.52): its fast path alone is faster (34.6 us at 65536) but a program whose groups' scores are within
-# the keys' error takes the exact path (~14 a launch at 65536), ~8 us of latency a launch waits for. WARP_ROWS_LANES:
-# the row widths it takes by default (512 top-22, run 161: 104.7 against 79.8 us at T = 65536; its rounds run over 16
-# lanes a thread, the router kernel's on cached words). WARP_ROWS_WARPS warps a program, a row on WARP_ROWS_THREADS
-# threads (32 // WARP_ROWS_THREADS rows a warp; docs/kernel.md, "Four rows a warp": 8 threads take DeepSeek-V4's row
-# from 483 sm_90 instructions to 323 and DeepSeek-V3 fp32's from 513 to 348, counted offline, not yet timed on a GPU,
-# so the launcher keeps 32); WARP_ROWS_MAX_REGISTERS caps ptxas by WARP_ROWS_THREADS: 32 threads' fast path needs 32
-# registers (64 warps an SM), 8 threads' 64 (32 warps, 128 rows in flight); the exact path (a function not inlined)
-# spills there (sm_90 SASS, counted offline). WARP_ROWS_REPAIR: close rows reordered on the exact keys of their K + 1
-# + WARP_ROWS_EXTRA best words (_repair) rather than redone on the exact path (run 162: DeepSeek-V4 65536 39.71
-# against 41.35 us, 4096 4.49 / 5.76). warp_rows_override forces the path on (at any T >= 1 and width the config
-# allows) or off (tests, --ab-variants); where it is None, a router-kernel override (_ROUTER_KERNEL_OVERRIDES) keeps
-# the path off.
+# Rows on warps (kernels/warp_rows_kernel.py): sigmoid / sqrt-softplus rows with a bias, E a power of 2 and a
+# multiple of a chunk (a row's threads' 16-byte loads: 32 fp32 / 64 bf16 / fp16 lanes on 8 threads), none of the
+# layout's or the config's extras (scale, softcap, placement, shared slots, padding, capture, packed words, expert
+# scales, p-norms, zero-filled groups). A row on WARP_ROWS_THREADS threads (32 // WARP_ROWS_THREADS rows a warp),
+# WARP_ROWS_WARPS warps a program and ptxas capped at WARP_ROWS_MAX_REGISTERS[threads] registers, each (rows without
+# groups, rows with groups) or one value for both. H200 run 173 (BENCHMARKS.md; the bench's --ab on rotated inputs,
+# read from HBM): a row on 8 threads, one warp, 64 registers takes DeepSeek-V4 from 38.69 us (32 threads, two warps,
+# the kernel before) to 29.50 at T = 65536, 21.15 -> 17.34 at 32768, 12.41 -> 10.56 at 16384 (the router kernel 12.89),
+# but 5.20 -> 5.55 at 4096: WARP_ROWS_MIN_TOKENS. With groups 8 threads lose below T = 65536 (DeepSeek-V3 fp32 16384:
+# 18.28 against the router kernel's 13.09; the ~13 programs a launch whose groups' scores lie within the keys' error
+# redo 8 rows on the exact path, spilled, and the launch waits for the last) and win at 65536 with two warps and 96
+# registers (fp32 38.93 against 42.93, bf16 38.19 against 42.98): WARP_ROWS_GROUPS, the T from which grouped rows
+# take it (None: never). WARP_ROWS_LANES: the row widths it takes by default (512 top-22, run 161: 104.7 against 79.8
+# us at T = 65536 on 32 threads a row; its rounds run over 16 lanes a thread, the router kernel's on cached words).
+# WARP_ROWS_REPAIR: close rows reordered on the exact keys of their K + 1 + WARP_ROWS_EXTRA best words (_repair)
+# rather than redone on the exact path (H100 run 162: DeepSeek-V4 65536 39.71 against 41.35 us, 4096 4.49 / 5.76).
+# warp_rows_override forces the path on (at any T >= 1 and width the config allows) or off (tests, --ab-variants);
+# where it is None, a router-kernel override (_ROUTER_KERNEL_OVERRIDES) keeps the path off. The history of a row on
+# 32 threads (runs 153-168): docs/kernel.md, "Rows on warps".
 WARP_ROWS = True
 WARP_ROWS_MIN_TOKENS = 16384
 WARP_ROWS_GROUPS: int | None = 65536

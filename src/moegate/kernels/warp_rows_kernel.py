@@ -16,7 +16,7 @@ warp's instruction still takes 32 lanes, of four rows) and divide what a row spe
 checks, each round's word) and on the epilogue's idle lanes (K of KC busy) by four: sm_90 SASS of the fast path, a
 row, DeepSeek-V4 483 -> 323 instructions, DeepSeek-V3 bf16 527 -> 375 (counted offline, 2026-12-06).
 
-One row, on the fast path (docs/kernel.md, "Rows on warps, a row a warp"):
+One row, on the fast path (docs/kernel.md, "Rows on warps"):
 1. the fast keys of the router's APPROX_KEYS (sigmoid: ex2 / rcp approx; sqrt-softplus: ex2 / lg2 / sqrt approx)
    + bias, their raw bits (RAW_BITS); a logit that is NaN or +-inf makes its key NaN (x * 0 + x), whose bits top
    every other key's, and sends the row to the exact path;
