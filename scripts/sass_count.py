@@ -337,8 +337,8 @@ def main(argv=None) -> int:
         total = sum(counts.values())
         spills = sum(counts[k] for k in ("STL", "LDL"))
         n_params, param_bytes = kernel_params(compiled)
-        shape = (f"rows-on-warps W={kr.WARP_ROWS_WARPS} t={kr.WARP_ROWS_THREADS}" if a.warp_rows
-                 else f"block_m={block_m} warps={num_warps}")
+        shape = (f"rows-on-warps W={kr._by_groups(kr.WARP_ROWS_WARPS, config.n_group > 1)} t={kr.WARP_ROWS_THREADS}"
+                 if a.warp_rows else f"block_m={block_m} warps={num_warps}")
         print(f"{name:18s} T={a.tokens:<6d} {shape} regs={registers(compiled):3d} "
               f"local={spills} "
               f"sass={total} fast_path~{fast_path_estimate(compiled)} "
@@ -346,6 +346,8 @@ def main(argv=None) -> int:
               f"params={','.join(hex(line) for line in param_lines(compiled))}")
         if a.opcodes or a.warps or a.warp_rows:
             print(f"    barriers {counts['BAR']}, shared loads / stores {counts['LDS']} / {counts['STS']}")
+        if a.warp_rows:  # a warp's fast path routes 32 // WARP_ROWS_THREADS rows
+            print(f"    fast path a row ~{fast_path_estimate(compiled) * kr.WARP_ROWS_THREADS / 32:.0f}")
         if a.opcodes:
             print("   ", " ".join(f"{k}:{v}" for k, v in counts.most_common()))
         if a.lines:
