@@ -25,13 +25,6 @@ VARIANTS = {
     "extra0": [("C: tl.constexpr = K + 1 + EXTRA", "C: tl.constexpr = K + 1")],  # no candidate past the first loser
     # the fast path alone (every flagged row routed as the fast keys say): the bound of this kernel
     "fast-only": [("    if state == 1:", "    if False:"), ("    if state > 1:", "    if False:")],
-    # the flags reduced across the program's warps as shipped, no fallback ever taken: what the reduction and the
-    # fallbacks' code cost without their runs (against fast-only)
-    "never-taken": [("    if state == 1:", "    if state == 100:"), ("    if state > 1:", "    if state > 100:")],
-    # fallbacks only in the first half of the programs (the second half routed as the fast keys say): where the
-    # fallbacks' cost is the latency of the last wave's, this times as fast-only; where it is their work, midway
-    "fallback-early": [("    if state == 1:", "    if (state == 1) & (pid < tl.num_programs(0) // 2):"),
-                       ("    if state > 1:", "    if (state > 1) & (pid < tl.num_programs(0) // 2):")],
     # the row's largest |bias| as a float max (five shuffles), as before run 166 (shipped: an integer max, one REDUX)
     "bias-float": [("    bias_mag = _row_max(tl.abs(b).to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)",
                     "    bias_mag = _row_max(tl.abs(b))")],

@@ -707,7 +707,7 @@ AB_VARIANTS = {
     "four-warps-wide": {"launch_override": (1, 4)},  # ... four warps (the launcher's choice before run 126)
 }
 # Rows on warps (kernels/warp_rows_kernel.py, router.WARP_ROWS): forced on at every T where the config
-# allows it (rows-a-warp; -4: four rows a program; -rN: ptxas capped at N registers, 0 none), or off (router-kernel).
+# allows it (rows-a-warp; -4: four warps a program), or off (router-kernel).
 AB_VARIANTS["router-kernel"] = {"warp_rows_override": False}
 AB_VARIANTS["rows-a-warp"] = {"warp_rows_override": True}
 AB_VARIANTS["rows-a-warp-4"] = {"warp_rows_override": True, "WARP_ROWS_WARPS": 4}

@@ -43,7 +43,7 @@ the fast path's). The fallbacks cost a launch their latency, not their throughpu
 What it does not do (the launcher sends such calls to the router kernel): logit scale or softcap, logits
 selection, no bias, softmax, hash routing, placement, shared slots, padding, capture, packed words, expert scales,
 p-norms, zero-filled groups, K > 31, and rows whose width (E = W) is not a power of two and a multiple of a chunk
-(32 threads' 16-byte loads: 128 fp32 or 256 bf16 / fp16 lanes): E = 384 takes the router kernel.
+(a row's TH threads' 16-byte loads: 32 fp32 or 64 bf16 / fp16 lanes on 8): E = 384 takes the router kernel.
 """
 
 import triton
