@@ -24,6 +24,7 @@ from triton.runtime.jit import create_function_from_signature
 
 from moegate.kernels import router as kr
 from moegate.kernels import router_kernel as rk
+from moegate.kernels import warp_rows_kernel as wrk
 
 
 class _Capture:
@@ -174,11 +175,15 @@ def fast_path(compiled):
 def fast_path_indices(compiled) -> list[int]:
     """fast_path's instructions as indices into the cubin's instruction sequence."""
     seq, labels = _disassemble(compiled)
-    end = next((i for i, x in enumerate(seq) if x[2].startswith("EXIT")), len(seq))
-    src = open(rk.__file__).read().splitlines()
-    guards = {i + 1 for i, ln in enumerate(src)
-              if ln.strip() == "if ambiguous:" or ln.strip().startswith("if (tl.max(close_any")}
-    kernel_file = os.path.basename(rk.__file__)
+    guards = {}  # file -> the lines of the fallbacks' guards
+    for mod in (rk, wrk):
+        src = open(mod.__file__).read().splitlines()
+        guards[os.path.basename(mod.__file__)] = {
+            i + 1 for i, ln in enumerate(src) if ln.strip() in ("if ambiguous:", "if state == 1:", "if state > 1:")
+            or ln.strip().startswith("if (tl.max(close_any")}
+    # The first EXIT, or a predicated one at a guard (the program ends there when no row needs a fallback).
+    end = next((i for i, (fname, line, text) in enumerate(seq) if text.startswith("EXIT")
+                or (_opcode(text) == "EXIT" and line in guards.get(fname, ()))), len(seq))
     drop, guarded, largest = set(), {}, (0, 0)
     for i, (fname, line, text) in enumerate(seq[:end]):
         m = re.match(r"@!?U?P\w+\s+BRA\s+(?:!?U?P\w+,\s*)?`?\(?([.\w]+)", text)
@@ -187,9 +192,9 @@ def fast_path_indices(compiled) -> list[int]:
         j = min(labels[m.group(1)], end)
         if j - i > largest[1] - largest[0]:
             largest = (i + 1, j)
-        if fname == kernel_file and line in guards:
-            if j - i > guarded.get(line, (0, 0))[1] - guarded.get(line, (0, 0))[0]:
-                guarded[line] = (i + 1, j)  # the guard's largest skipped block
+        if line in guards.get(fname, ()):
+            if j - i > guarded.get((fname, line), (0, 0))[1] - guarded.get((fname, line), (0, 0))[0]:
+                guarded[(fname, line)] = (i + 1, j)  # the guard's largest skipped block
         elif j - i < 12 and any(seq[k][2].startswith("CALL") for k in range(i, j)):
             drop.update(range(i + 1, j))
     # The one-row path's fallbacks sit under the guards; elsewhere the fallback is the largest skipped block.

@@ -719,6 +719,13 @@ for _t in (32, 16, 8):
                                            "WARP_ROWS_MAX_REGISTERS": {_t: (_n, _n)}}
     for _w in (1, 4):  # ... on W warps a program (WARP_ROWS_WARPS)
         AB_VARIANTS[f"rows-t{_t}-w{_w}"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": _t, "WARP_ROWS_WARPS": _w}
+# ... the exact path as before 2026-12-07: a flagged program redoes its R rows at once (WARP_ROWS_EXACT_ROWS off)
+AB_VARIANTS["rows-t8-r96-xp"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": 8,
+                                 "WARP_ROWS_MAX_REGISTERS": {8: (96, 96)}, "WARP_ROWS_EXACT_ROWS": False}
+AB_VARIANTS["rows-t8-w1-xp"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": 8, "WARP_ROWS_WARPS": 1,
+                                "WARP_ROWS_EXACT_ROWS": False}
+AB_VARIANTS["rows-t8-w1-r64"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": 8, "WARP_ROWS_WARPS": 1,
+                                 "WARP_ROWS_MAX_REGISTERS": {8: (64, 64)}}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}
 AB_VARIANTS["rows-a-warp-extra0"] = {"warp_rows_override": True, "WARP_ROWS_EXTRA": 0}
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one

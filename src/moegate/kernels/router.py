@@ -350,6 +350,7 @@ WARP_ROWS_WARPS = (1, 2)
 WARP_ROWS_MAX_REGISTERS = {32: (32, 32), 16: (64, 64), 8: (64, 96)}
 WARP_ROWS_REPAIR = True
 WARP_ROWS_EXTRA = 1
+WARP_ROWS_EXACT_ROWS = True
 warp_rows_override: bool | None = None
 
 
@@ -843,7 +844,7 @@ def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float
         GROUP_MAX=bool(spec.GROUP_MAX), SCORING=spec.SCORING, RENORMALIZE=bool(spec.RENORMALIZE),
         EPS_CLAMP=bool(spec.EPS_CLAMP), APPLY_RSF=bool(spec.APPLY_RSF), R=rows, NC=chunks, LT=chunk, KC=words,
         KEPT=kept, REPAIR=WARP_ROWS_REPAIR, EXTRA=min(WARP_ROWS_EXTRA, words - 1 - spec.K),  # at most `words` words
-        FORCE_EXACT=force_exact_override,
+        FORCE_EXACT=force_exact_override, EXACT_ROWS=WARP_ROWS_EXACT_ROWS,
         COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(), num_warps=rows * threads // 32, **extra,
     )
 

@@ -106,6 +106,7 @@ def _warp_rows_kernel(
     REPAIR: tl.constexpr,  # close rows to _repair (else to the exact path)
     EXTRA: tl.constexpr,  # _repair's candidates past the first loser
     FORCE_EXACT: tl.constexpr,  # every program takes the exact path (tests)
+    EXACT_ROWS: tl.constexpr,  # the exact path a row at a time on the program's threads (else its R rows at once)
     COUNT_FALLBACKS: tl.constexpr,
     ACCURATE: tl.constexpr,
 ):
@@ -237,17 +238,48 @@ def _warp_rows_kernel(
             tl.atomic_add(stats_ptr + 1, 1)
         bound = _repair_bound(base, cur, bias_mag, LANE_BITS, SCORING, N_GROUP > 1 and not KEPT)
         r_ids, r_ok = _repair(ids, kc, bound, row_ptr, bias_ptr, K, C, SCORING, ACCURATE)
-        if tl.min(r_ok.to(tl.int32), axis=0) > 0:
+        if EXACT_ROWS:
+            # The close rows whose bound held stored again, the others redone on the exact path.
+            _epilogue(r_ids, kc, row_ptr, rows64, row_ok & close & r_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K,
+                      SCORING, RENORMALIZE, EPS_CLAMP, APPLY_RSF, ACCURATE)
+            _redo_rows(close & (r_ok.to(tl.int32) == 0) & row_ok, stats_ptr, logits_ptr, weights_ptr, ids_ptr,
+                       bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf, K, N_GROUP, GROUP_SIZE, TOPK_GROUP,
+                       GROUP_MAX, SCORING, RENORMALIZE, EPS_CLAMP, APPLY_RSF, R, W, KC, COUNT_FALLBACKS, ACCURATE)
+        elif tl.min(r_ok.to(tl.int32), axis=0) > 0:
             _epilogue(r_ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING,
                       RENORMALIZE, EPS_CLAMP, APPLY_RSF, ACCURATE)
         else:
             state = 2
     if state > 1:
+        if EXACT_ROWS:
+            # The flagged rows and the close ones (no _repair in a program with a flagged row).
+            redo = row_ok if FORCE_EXACT else (flag | close) & row_ok
+            _redo_rows(redo, stats_ptr, logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens,
+                       renorm_eps, rsf, K, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, RENORMALIZE,
+                       EPS_CLAMP, APPLY_RSF, R, W, KC, COUNT_FALLBACKS, ACCURATE)
+        else:
+            if COUNT_FALLBACKS:
+                tl.atomic_add(stats_ptr, 1)
+            _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps,
+                           rsf, K, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, RENORMALIZE, EPS_CLAMP,
+                           APPLY_RSF, R, NC, LT, KC, ACCURATE)
+
+
+@triton.jit
+def _redo_rows(redo, stats_ptr, logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens,
+               renorm_eps, rsf, K: tl.constexpr, N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr,
+               TOPK_GROUP: tl.constexpr, GROUP_MAX: tl.constexpr, SCORING: tl.constexpr, RENORMALIZE: tl.constexpr,
+               EPS_CLAMP: tl.constexpr, APPLY_RSF: tl.constexpr, R: tl.constexpr, W: tl.constexpr, KC: tl.constexpr,
+               COUNT_FALLBACKS: tl.constexpr, ACCURATE: tl.constexpr):
+    """The rows of redo ([R] bool) on the exact path (_exact_rows), counted: their bits gathered by one reduction
+    across the warps (after the stores before it)."""
+    rbits = tl.sum(tl.where(redo, 1 << tl.arange(0, R), 0), axis=0)  # bit r: row pid * R + r
+    if rbits != 0:
         if COUNT_FALLBACKS:
             tl.atomic_add(stats_ptr, 1)
-        _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf, K,
-                       N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, RENORMALIZE, EPS_CLAMP, APPLY_RSF, R, NC,
-                       LT, KC, ACCURATE)
+        _exact_rows(rbits, logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps,
+                    rsf, K, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, RENORMALIZE, EPS_CLAMP, APPLY_RSF, R,
+                    W, KC, ACCURATE)
 
 
 @triton.jit
@@ -361,3 +393,51 @@ def _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride
         avail = avail & (inv != low[:, None, None])
     _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
               EPS_CLAMP, APPLY_RSF, ACCURATE)
+
+
+@triton.jit(noinline=True)
+def _exact_rows(rbits, logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf,
+                K: tl.constexpr, N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr,
+                GROUP_MAX: tl.constexpr, SCORING: tl.constexpr, RENORMALIZE: tl.constexpr, EPS_CLAMP: tl.constexpr,
+                APPLY_RSF: tl.constexpr, R: tl.constexpr, W: tl.constexpr, KC: tl.constexpr, ACCURATE: tl.constexpr):
+    """The program's rows whose bit is set in rbits (bit r: row pid * R + r) on the exact path, one after another,
+    each spread over all the program's threads (W / (32 * warps) lanes a thread, where _exact_program keeps R rows of
+    W / TH lanes on TH threads each: a flagged program there redid all its rows on 32 lanes a thread, spilled, and a
+    launch waits for its slowest program). The reference's selection: exact keys, dead lanes at -inf, groups ranked
+    by counting (ties to the lower group), K rounds of one 64-bit max each (order bits, inverted lane: the higher key,
+    then the lower id)."""
+    lane = tl.arange(0, W)
+    kc = tl.arange(0, KC)[:, None]  # [KC, 1]: the epilogue's tiles for one row
+    for r in range(R):
+        if (rbits >> r) & 1:
+            rows = tl.program_id(0) * R + r + tl.arange(0, 1)  # [1]
+            rows64 = rows.to(tl.int64)
+            row_ptr = logits_ptr + rows64 * logits_row_stride
+            x = tl.load(row_ptr + lane).to(tl.float32)
+            b = tl.load(bias_ptr + lane).to(tl.float32)
+            dead = (x != x) | (x == float("-inf"))
+            key = tl.where(dead, float("-inf"), _score(tl.where(dead, 0.0, x), 0.0, 0.0, SCORING, ACCURATE) + b)
+            hi = _order_bits(key)  # [W]
+            if N_GROUP > 1:
+                hig = tl.reshape(hi, [N_GROUP, GROUP_SIZE])
+                if GROUP_MAX:
+                    gscore = _key_of32(tl.max(hig, axis=1))
+                else:
+                    t1, t2 = tl.reduce((hig, tl.full(hig.shape, INT32_MIN, tl.int32)), 1, _top2_combine)
+                    gscore = _key_of32(t1) + _key_of32(t2)  # the reference's fp32 sum of the top two
+                gbits = _order_bits(gscore)
+                g = tl.arange(0, N_GROUP)
+                ahead = ((gbits[None, :] > gbits[:, None])
+                         | ((gbits[None, :] == gbits[:, None]) & (g[None, :] < g[:, None])))
+                above = tl.sum(ahead.to(tl.int32), axis=1)  # groups ranked above each
+                hi = tl.reshape(tl.where((above < TOPK_GROUP)[:, None], hig, INT32_MIN), [W])
+            # Dead lanes (-inf) stay above the dropped groups' (INT32_MIN), as the reference's exclude has them; a
+            # taken lane goes below both.
+            word = (hi.to(tl.int64) << 32) | ((W - 1) - lane).to(tl.int64)
+            ids = tl.zeros([KC, 1], tl.int32)
+            for i in range(K):
+                top = tl.max(word, axis=0)
+                ids = tl.where(kc == i, (W - 1) - (top & (W - 1)).to(tl.int32), ids)
+                word = tl.where(word == top, tl.full(word.shape, -(1 << 63), tl.int64), word)
+            _epilogue(ids, kc, row_ptr, rows64, rows < num_tokens, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING,
+                      RENORMALIZE, EPS_CLAMP, APPLY_RSF, ACCURATE)
