@@ -20,7 +20,8 @@ SRC = os.path.join(os.path.dirname(kr.__file__), "warp_rows_kernel.py")
 # name -> (old, new) source edits of warp_rows_kernel.py
 VARIANTS = {
     "shipped": [],
-    "no-exact-path": [("    if state > 1:", "    if False:")],  # rows for the exact path routed as the fast keys say
+    # rows for the exact path routed as the fast keys say (and _repair's failures as its candidates say)
+    "no-exact-path": [("    if state > 1:", "    if False:"), ("    if rbits != 0:", "    if False:")],
     "no-repair": [("    if not REPAIR:", "    if True:")],  # close rows to the exact path
     "extra0": [("C: tl.constexpr = K + 1 + EXTRA", "C: tl.constexpr = K + 1")],  # no candidate past the first loser
     # the fast path alone (every flagged row routed as the fast keys say): the bound of this kernel

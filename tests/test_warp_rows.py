@@ -86,12 +86,14 @@ def _logits(T, E, dtype=torch.float32, seed=0):
     return (torch.randn(T, E, generator=g) * 2).to(dtype).to(DEVICE)
 
 
-@pytest.mark.parametrize("exact", [False, True], ids=["fast", "forced-exact"])
+@pytest.mark.parametrize("exact", [False, True, "program"], ids=["fast", "forced-exact", "forced-exact-program"])
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_routes_like_the_reference(name, exact, forced, monkeypatch):
     """Every config the path takes, fp32 logits, random and tie-free rows, into poisoned outputs; the fast path and
-    the exact path (every program forced down it) both route like the reference."""
-    monkeypatch.setattr(kr, "force_exact_override", exact)
+    the exact path (every program forced down it: a row at a time, or its R rows at once with WARP_ROWS_EXACT_ROWS
+    off) both route like the reference."""
+    monkeypatch.setattr(kr, "force_exact_override", bool(exact))
+    monkeypatch.setattr(kr, "WARP_ROWS_EXACT_ROWS", exact != "program")
     config = CONFIGS[name]
     E = config.num_experts
     for T in TOKENS:
@@ -103,19 +105,26 @@ def test_routes_like_the_reference(name, exact, forced, monkeypatch):
             assert forced[0]["KEPT"] is kept
 
 
+def _kept_by_dtype(logits_dtype, bias_dtype) -> bool:
+    """Whether grouped rows whose kept lanes are 128 round on them (KEPT) with these dtypes: the bias through the
+    logits' pointers where the two share a dtype, else through its own on 8 threads a row (WARP_ROWS_MIXED_KEPT)."""
+    return logits_dtype == bias_dtype or (kr.WARP_ROWS_THREADS <= 8 and kr.WARP_ROWS_MIXED_KEPT)
+
+
 @pytest.mark.parametrize("logits_dtype,bias_dtype", [
     (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16), (torch.bfloat16, torch.float32),
     (torch.float32, torch.bfloat16),
 ])
 def test_half_logits_and_biases(logits_dtype, bias_dtype, forced):
-    """bf16 / fp16 logits take 256-lane chunks; the kept groups' bias comes through the logits' pointers only where
-    the two share a dtype (KEPT), else the rounds run on the whole row."""
+    """bf16 / fp16 logits take 256-lane chunks; the kept groups' bias comes through the logits' pointers where the
+    two share a dtype, through its own on 8 threads a row (KEPT), else the rounds run on the whole row."""
     config = CONFIGS["deepseek-v3"]
     for T in TOKENS:
         forced.clear()
         run_both(_logits(T, 256, logits_dtype, seed=T), config, bias=_bias(256, bias_dtype, seed=T))
         assert forced[0]["LT"] == kr.WARP_ROWS_THREADS * (4 if logits_dtype == torch.float32 else 8)
-        assert forced[0]["KEPT"] is (logits_dtype == bias_dtype)
+        assert forced[0]["KEPT"] is _kept_by_dtype(logits_dtype, bias_dtype)
+        assert forced[0]["BIAS_BY_OFFSET"] is (forced[0]["KEPT"] and logits_dtype == bias_dtype)
 
 
 def _edge_rows(E, scoring, group_size=0, group_max=False):
@@ -362,17 +371,19 @@ def test_near_tied_groups_take_the_exact_path(forced, monkeypatch):
 
 
 @pytest.mark.parametrize("extra", [1, 0])
-@pytest.mark.parametrize("name,bias_dtype", [
-    ("deepseek-v3", torch.float32), ("deepseek-v3", torch.bfloat16), ("group-max", torch.float32),
-    ("sigmoid", torch.float32), ("deepseek-v4", torch.float32), ("512-top22", torch.float32),
-], ids=["groups-kept", "groups-whole-row", "group-max", "sigmoid", "sqrtsoftplus", "512-top22"])
-def test_close_winners_are_repaired(name, bias_dtype, extra, forced, monkeypatch):
+@pytest.mark.parametrize("name,bias_dtype,mixed_kept", [
+    ("deepseek-v3", torch.float32, True), ("deepseek-v3", torch.bfloat16, False), ("deepseek-v3", torch.bfloat16, True),
+    ("group-max", torch.float32, True), ("sigmoid", torch.float32, True), ("deepseek-v4", torch.float32, True),
+    ("512-top22", torch.float32, True),
+], ids=["groups-kept", "groups-whole-row", "groups-kept-mixed", "group-max", "sigmoid", "sqrtsoftplus", "512-top22"])
+def test_close_winners_are_repaired(name, bias_dtype, mixed_kept, extra, forced, monkeypatch):
     """Two winners' keys equal (row 1: the first two; row 3: the K-th and the first loser), the rest tie-free: the
     fast keys cannot order them; _repair reorders its K + 1 + EXTRA candidates on exact keys (counted) and no program
     takes the exact path, except at the boundary with EXTRA = 0 (the bound on the other lanes then needs the loser's
     fast key below the K-th exact one). Row 5: the K-th, the first and the second loser equal, more than the bound
     allows whatever EXTRA: repaired, then redone. A constant bias keeps the keys in the logits' order."""
     monkeypatch.setattr(kr, "WARP_ROWS_EXTRA", extra)
+    monkeypatch.setattr(kr, "WARP_ROWS_MIXED_KEPT", mixed_kept)
     config = CONFIGS[name]
     E, K = config.num_experts, config.top_k
     logits = tie_free_logits(8, E, seed=21)
@@ -385,7 +396,7 @@ def test_close_winners_are_repaired(name, bias_dtype, extra, forced, monkeypatch
     logits, where = _spread(logits, 0, config.n_group > 1)
     forced.clear()
     got, _ = run_both(logits, config, bias=bias)
-    assert forced[0]["KEPT"] is (config.n_group > 1 and bias_dtype == torch.float32
+    assert forced[0]["KEPT"] is (config.n_group > 1 and _kept_by_dtype(torch.float32, bias_dtype)
                                  and config.topk_group * config.group_size == 128)
     tie = one_more[3, K - 1:K + 1].tolist()
     assert set(got.ids[where[3]].tolist()) == set(one_more[3, :K - 1].tolist()) | {min(tie)}  # the tie to the lower id
@@ -397,10 +408,11 @@ def test_close_winners_are_repaired(name, bias_dtype, extra, forced, monkeypatch
 def test_repair_leaves_dropped_groups_out(bias_dtype, forced, monkeypatch):
     """DeepSeek-V3 routing, rows whose two best keys tie (row 2: do not) and whose only lanes above the words' base
     (half the best key) are the 8 winners: the words past them lie at distance 0, where the dropped groups' lanes sit
-    too when the rounds run on the whole row (bf16 bias: not KEPT). Group 0 is dropped though its lane 0 has the
-    row's best key, and lane 0's word is the first at distance 0: _repair must not take it as a candidate (its exact
-    key would win), so that program goes to the exact path. On KEPT rounds (fp32 bias) only kept lanes are in the
-    words: repaired."""
+    too when the rounds run on the whole row (bf16 bias, WARP_ROWS_MIXED_KEPT off: not KEPT). Group 0 is dropped
+    though its lane 0 has the row's best key, and lane 0's word is the first at distance 0: _repair must not take it
+    as a candidate (its exact key would win), so that row goes to the exact path. On KEPT rounds (fp32 bias) only
+    kept lanes are in the words: repaired."""
+    monkeypatch.setattr(kr, "WARP_ROWS_MIXED_KEPT", False)
     config = CONFIGS["deepseek-v3"]
     x = torch.full((4, 256), -2.0)  # keys 0.12, below the base
     for g, (a, b) in zip((1, 2, 3, 4), ((2.2, 2.2), (1.4, 1.3), (1.2, 1.1), (1.0, 0.9))):

@@ -351,6 +351,7 @@ WARP_ROWS_MAX_REGISTERS = {32: (32, 32), 16: (64, 64), 8: (64, 96)}
 WARP_ROWS_REPAIR = True
 WARP_ROWS_EXTRA = 1
 WARP_ROWS_EXACT_ROWS = True
+WARP_ROWS_MIXED_KEPT = True
 warp_rows_override: bool | None = None
 
 
@@ -787,8 +788,8 @@ def _router_kernel_forced() -> bool:
 
 def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, packed, rec_ids, spec: _Spec,
                     logit_scale: float):
-    """(rows a program, chunks, lanes a chunk, KEPT, bias offset, words) where the launch takes the rows-on-warps kernel
-    (see WARP_ROWS), else None."""
+    """(rows a program, chunks, lanes a chunk, KEPT, bias offset or None, words) where the launch takes the
+    rows-on-warps kernel (see WARP_ROWS), else None."""
     T = logits.shape[0]
     lanes = spec.N_GROUP * spec.GROUP_SIZE
     grouped = spec.N_GROUP > 1
@@ -811,15 +812,18 @@ def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, pack
                                                              or spec.N_GROUP > 32))):
         return None
     # The kept groups' lanes read again (KEPT): 128 of them, four adjacent a thread, the bias through the logits'
-    # pointers (the same dtype, 16-byte offsets).
+    # pointers (the same dtype, 16-byte offsets: the bias offset in elements, else None); a bias of another dtype
+    # (DeepSeek-V3's fp32 bias beside bf16 logits) through its own, on 8 threads a row (WARP_ROWS_MIXED_KEPT: the
+    # fast path a row 374 -> 340 sm_90 instructions; on 32 threads Triton converts those pointers' layout).
     offset = bias.data_ptr() - logits.data_ptr()
+    by_offset = bias.dtype == logits.dtype and offset % 16 == 0
     kept = (spec.N_GROUP > 1 and spec.TOPK_GROUP * spec.GROUP_SIZE == 128 and spec.GROUP_SIZE % 4 == 0
-            and spec.N_GROUP <= 16 and spec.TOPK_GROUP <= 8 and bias.dtype == logits.dtype and offset % 16 == 0)
+            and spec.N_GROUP <= 16 and spec.TOPK_GROUP <= 8 and (by_offset or threads <= 8 and WARP_ROWS_MIXED_KEPT))
     # The epilogue's [words, R] tiles: a word a thread, K + 1 + EXTRA of them (the winners, the first loser, _repair's
     # extra candidates), at least a row's threads, at most 32.
     words = min(32, max(threads, 1 << (spec.K + WARP_ROWS_EXTRA).bit_length()))
     warps = _by_groups(WARP_ROWS_WARPS, grouped)
-    return warps * (32 // threads), lanes // chunk, chunk, kept, offset // esize if kept else 0, words
+    return warps * (32 // threads), lanes // chunk, chunk, kept, offset // esize if kept and by_offset else None, words
 
 
 def _by_groups(value, grouped: bool):
@@ -828,7 +832,7 @@ def _by_groups(value, grouped: bool):
 
 
 def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float, rsf: float, rows: int,
-                      chunks: int, chunk: int, kept: bool, bias_offset: int, words: int) -> None:
+                      chunks: int, chunk: int, kept: bool, bias_offset: int | None, words: int) -> None:
     T = logits.shape[0]
     threads = chunk * logits.element_size() // 16  # a row's threads: 32 // threads rows a warp
     cap = _by_groups(WARP_ROWS_MAX_REGISTERS.get(threads), spec.N_GROUP > 1)
@@ -839,11 +843,12 @@ def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float
     wrk._warp_rows_kernel[(-(-T // rows),)](
         logits, weights, ids, bias,
         logits.stride(0), T, renorm_eps if spec.RENORMALIZE else None, rsf if spec.APPLY_RSF else None,
-        bias_offset if kept else None, stats,
+        bias_offset, stats,
         K=spec.K, N_GROUP=spec.N_GROUP, GROUP_SIZE=spec.GROUP_SIZE, TOPK_GROUP=spec.TOPK_GROUP,
         GROUP_MAX=bool(spec.GROUP_MAX), SCORING=spec.SCORING, RENORMALIZE=bool(spec.RENORMALIZE),
         EPS_CLAMP=bool(spec.EPS_CLAMP), APPLY_RSF=bool(spec.APPLY_RSF), R=rows, NC=chunks, LT=chunk, KC=words,
-        KEPT=kept, REPAIR=WARP_ROWS_REPAIR, EXTRA=min(WARP_ROWS_EXTRA, words - 1 - spec.K),  # at most `words` words
+        KEPT=kept, BIAS_BY_OFFSET=bias_offset is not None, REPAIR=WARP_ROWS_REPAIR,
+        EXTRA=min(WARP_ROWS_EXTRA, words - 1 - spec.K),  # at most `words` words
         FORCE_EXACT=force_exact_override, EXACT_ROWS=WARP_ROWS_EXACT_ROWS,
         COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(), num_warps=rows * threads // 32, **extra,
     )

@@ -103,6 +103,7 @@ def _warp_rows_kernel(
     NC: tl.constexpr,  # chunks of LT lanes a row
     LT: tl.constexpr,  # TH * VEC lanes a chunk: a 16-byte load on each of the row's TH threads
     KEPT: tl.constexpr,  # rounds on the kept groups' lanes (TOPK_GROUP * GROUP_SIZE == 128; 32 threads a row)
+    BIAS_BY_OFFSET: tl.constexpr,  # KEPT: the bias read through the logits' pointers (the same dtype)
     REPAIR: tl.constexpr,  # close rows to _repair (else to the exact path)
     EXTRA: tl.constexpr,  # _repair's candidates past the first loser
     FORCE_EXACT: tl.constexpr,  # every program takes the exact path (tests)
@@ -171,10 +172,15 @@ def _warp_rows_kernel(
             pk = row_ptr[:, None, None] + lane_k
             xk = tl.load(pk).to(tl.float32)
             # The bias by the logits' pointers moved by bias_ptr - row_ptr (elements of the logits' dtype, which the
-            # bias shares here; a multiple of 4): from bias_ptr + lane_k, Triton rebuilt those pointers in the group
-            # views' layout and converted them (a barrier and ~80 instructions a row).
-            boff = tl.multiple_of(bias_offset - rows64 * logits_row_stride, 4)
-            bk = tl.load(pk + boff[:, None, None]).to(tl.float32)
+            # bias shares then; a multiple of 4): from bias_ptr + lane_k, Triton rebuilt those pointers in the group
+            # views' layout and converted them on 32 threads a row (a barrier and ~80 instructions a row).
+            if BIAS_BY_OFFSET:
+                boff = tl.multiple_of(bias_offset - rows64 * logits_row_stride, 4)
+                bk = tl.load(pk + boff[:, None, None]).to(tl.float32)
+            else:
+                # A bias of another dtype (an fp32 bias beside 16-bit logits): on 8 threads a row Triton keeps these
+                # pointers in the logits' layout too (16-byte loads, no barrier; 32 threads: converted, +100 a row).
+                bk = tl.load(bias_ptr + lane_k).to(tl.float32)
             hi = _fast_keys(xk, bk, SCORING, ACCURATE).to(tl.int32, bitcast=True)
             inv = (KW - 1) - c
         else:
