@@ -8,10 +8,11 @@ bias, E a power of 2 and a multiple of a chunk, no extras: kernels/warp_rows_ker
 {128, 256, 512}, the scoring, groups (top2_sum or max, any topk_group), K up to 31, renormalisation (eps added or
 clamped), the scale in the weights or on the output, fp32 / bf16 / fp16 logits (a third of them rounded to quarters:
 ties), biases of either sign and dtype, and NaN, -inf, +inf and extreme logits; it routes with warp_rows_override on
-(_repair drawn on or off, with K + 1 or K + 2 candidates, a row on 8, 16 or 32 threads; some rows' best logit
-repeated an ulp away: close keys) and checks every row against the reference: ids equal and weights within 1e-6
-relative (+ 1e-7), and on rows with a +inf logit (outside the contract's domain) K distinct valid ids. The exit status
-is the number of failing cases (capped at 100).
+(_repair drawn on or off, with K + 1 or K + 2 candidates, a row on 8, 16 or 32 threads, the exact path a row at a
+time or a program's rows at once, a bias of another dtype than the logits' on the kept lanes or the whole row; some
+rows' best logit repeated an ulp away: close keys) and checks every row against the reference: ids equal and weights
+within 1e-6 relative (+ 1e-7), and on rows with a +inf logit (outside the contract's domain) K distinct valid ids. The
+exit status is the number of failing cases (capped at 100).
 """
 
 import argparse
@@ -66,18 +67,21 @@ def run_case(seed: int, max_tokens: int, device: str, stats: torch.Tensor) -> st
     if case is None:
         return ""
     config, layout, x, bias = case
-    # _repair on or off, with or without a word past the first loser, a row on 8, 16 or 32 threads (the launcher's
-    # constants)
-    saved = kr.WARP_ROWS_REPAIR, kr.WARP_ROWS_EXTRA, kr.WARP_ROWS_THREADS
+    # _repair on or off, with or without a word past the first loser, a row on 8, 16 or 32 threads, the exact path a
+    # row at a time or not, a bias of another dtype on the kept lanes or not (the launcher's constants)
+    saved = (kr.WARP_ROWS_REPAIR, kr.WARP_ROWS_EXTRA, kr.WARP_ROWS_THREADS, kr.WARP_ROWS_EXACT_ROWS,
+             kr.WARP_ROWS_MIXED_KEPT)
     kr.WARP_ROWS_REPAIR, kr.WARP_ROWS_EXTRA = rng.random() < 0.9, rng.choice((0, 1, 1))
     kr.WARP_ROWS_THREADS = rng.choice((8, 8, 16, 32))
+    kr.WARP_ROWS_EXACT_ROWS, kr.WARP_ROWS_MIXED_KEPT = rng.random() < 0.8, rng.random() < 0.8
     kr.warp_rows_override, kr.count_fallbacks_into = True, stats
     try:
         with kr.recorded_launches() as seen:
             got = route(x, config, layout, bias=bias, backend="triton")
     finally:
         kr.warp_rows_override, kr.count_fallbacks_into = None, None
-        kr.WARP_ROWS_REPAIR, kr.WARP_ROWS_EXTRA, kr.WARP_ROWS_THREADS = saved
+        (kr.WARP_ROWS_REPAIR, kr.WARP_ROWS_EXTRA, kr.WARP_ROWS_THREADS, kr.WARP_ROWS_EXACT_ROWS,
+         kr.WARP_ROWS_MIXED_KEPT) = saved
     want = route(x, config, layout, bias=bias, backend="reference")
     inside = ~outside_domain(x, config)
     wrong = []
