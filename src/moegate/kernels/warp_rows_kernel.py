@@ -33,12 +33,14 @@ One row, on the fast path (docs/kernel.md, "Rows on warps"):
    round step, times an ulp of the lower key), which also catches the K-th winner on the distance clamp.
 Every program then stores its rows (the epilogue: the winners' logits gathered again, scored exactly, renormalised
 (p = 1), eps added or clamped, scaled by rsf), and reduces its rows' flags across its warps once. A program with close
-rows and no flag (REPAIR) reorders the K + 1 + EXTRA candidates on their exact keys (_repair) and stores again where the
-bound on the other lanes holds; a program with a flagged row, a failed repair (or FORCE_EXACT) redoes its R rows on the
-exact path and stores them again: exact keys (libdevice, IEEE division and square root: the reference's bits), dead
-lanes (NaN, -inf) at -inf, groups ranked by counting (ties to the lower group), K rounds of two maxes (the best key
-bits, then its lowest lane), on the same tiles and layout, in a function not inlined (its registers, spilled, do not set
-the fast path's). The fallbacks cost a launch their latency, not their throughput (docs/kernel.md).
+rows and no flag (REPAIR) reorders the K + 1 + EXTRA candidates on their exact keys (_repair) and stores the close rows
+again where the bound on the other lanes holds. The rows left (flagged ones, close ones in a program with a flag, close
+ones whose bound failed; every row under FORCE_EXACT) go to the exact path one at a time, each spread over all the
+program's threads (EXACT_ROWS, _exact_rows): exact keys (libdevice, IEEE division and square root: the reference's
+bits), dead lanes (NaN, -inf) at -inf, groups ranked by counting (ties to the lower group), K rounds of one 64-bit max
+(order bits, inverted lane), in a function not inlined (its registers do not set the fast path's). Without EXACT_ROWS
+a program with such a row redoes all its R rows at once on the fast path's tiles (_exact_program: 32 lanes a thread
+on 8 threads a row, spilled). The fallbacks cost a launch their latency, not their throughput (docs/kernel.md).
 
 What it does not do (the launcher sends such calls to the router kernel): logit scale or softcap, logits
 selection, no bias, softmax, hash routing, placement, shared slots, padding, capture, packed words, expert scales,
@@ -356,8 +358,9 @@ def _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride
                    GROUP_MAX: tl.constexpr, SCORING: tl.constexpr, RENORMALIZE: tl.constexpr, EPS_CLAMP: tl.constexpr,
                    APPLY_RSF: tl.constexpr, R: tl.constexpr, NC: tl.constexpr, LT: tl.constexpr, KC: tl.constexpr,
                    ACCURATE: tl.constexpr):
-    """The program's R rows on the exact path, stored: the reference's selection (exact keys, dead lanes at -inf,
-    ties to the lower id and the lower group) on the fast path's [R, NC, LT] tiles, so no barrier either: a launch
+    """The program's R rows on the exact path, stored (EXACT_ROWS off; _exact_rows redoes only the rows that need it):
+    the reference's selection (exact keys, dead lanes at -inf, ties to the lower id and the lower group) on the fast
+    path's [R, NC, LT] tiles, so no barrier either: a launch
     waits for its slowest program, and one redone at its end adds this path's latency to the whole launch (H100,
     the router kernel's functions on [R, lanes] tiles here: DeepSeek-V3 fp32 T = 65536 41.7 against 33.1 us without
     it). Not inlined: its registers would otherwise set the fast path's count (32, 64 warps an SM)."""
