@@ -726,7 +726,8 @@ AB_VARIANTS["rows-t8-w1-xp"] = {"warp_rows_override": True, "WARP_ROWS_THREADS":
                                 "WARP_ROWS_EXACT_ROWS": False}
 AB_VARIANTS["rows-t8-w1-r64"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": 8, "WARP_ROWS_WARPS": 1,
                                  "WARP_ROWS_MAX_REGISTERS": {8: (64, 64)}}
-AB_VARIANTS["no-mixed-kept"] = {"WARP_ROWS_MIXED_KEPT": False}  # an fp32 bias beside bf16 logits: every lane's rounds
+# ... an fp32 bias beside bf16 logits rounding on every lane (WARP_ROWS_MIXED_KEPT off)
+AB_VARIANTS["rows-a-warp-no-mixed-kept"] = {"warp_rows_override": True, "WARP_ROWS_MIXED_KEPT": False}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}
 AB_VARIANTS["rows-a-warp-extra0"] = {"warp_rows_override": True, "WARP_ROWS_EXTRA": 0}
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one
