@@ -360,10 +360,10 @@ def _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride
                    ACCURATE: tl.constexpr):
     """The program's R rows on the exact path, stored (EXACT_ROWS off; _exact_rows redoes only the rows that need it):
     the reference's selection (exact keys, dead lanes at -inf, ties to the lower id and the lower group) on the fast
-    path's [R, NC, LT] tiles, so no barrier either: a launch
-    waits for its slowest program, and one redone at its end adds this path's latency to the whole launch (H100,
-    the router kernel's functions on [R, lanes] tiles here: DeepSeek-V3 fp32 T = 65536 41.7 against 33.1 us without
-    it). Not inlined: its registers would otherwise set the fast path's count (32, 64 warps an SM)."""
+    path's [R, NC, LT] tiles, so no barrier either: a launch waits for its slowest program, and one redone at its end
+    adds this path's latency to the whole launch (H100, the router kernel's functions on [R, lanes] tiles here:
+    DeepSeek-V3 fp32 T = 65536 41.7 against 33.1 us without it). Not inlined: its registers would otherwise set the
+    fast path's count (32, 64 warps an SM)."""
     W: tl.constexpr = NC * LT
     rows = tl.program_id(0) * R + tl.arange(0, R)
     row_ok = rows < num_tokens
@@ -372,23 +372,7 @@ def _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride
     lane3 = tl.arange(0, NC)[None, :, None] * LT + tl.arange(0, LT)[None, None, :] + (rows * 0)[:, None, None]
     x = tl.load(row_ptr[:, None, None] + lane3).to(tl.float32)
     b = tl.load(bias_ptr + lane3).to(tl.float32)
-    dead = (x != x) | (x == float("-inf"))
-    key = tl.where(dead, float("-inf"), _score(tl.where(dead, 0.0, x), 0.0, 0.0, SCORING, ACCURATE) + b)
-    hi = _order_bits(key)  # [R, NC, LT]
-    if N_GROUP > 1:
-        hig = tl.reshape(hi, [R, N_GROUP, GROUP_SIZE])
-        if GROUP_MAX:
-            gscore = _key_of32(tl.max(hig, axis=2))
-        else:
-            t1, t2 = tl.reduce((hig, tl.full(hig.shape, INT32_MIN, tl.int32)), 2, _top2_combine)
-            gscore = _key_of32(t1) + _key_of32(t2)  # the reference's fp32 sum of the top two
-        gbits = _order_bits(gscore)
-        g = tl.arange(0, N_GROUP)[None, :] + (rows * 0)[:, None]  # [R, G]
-        # Groups ranked above each: a higher score, or the same score and a lower group.
-        above = tl.sum(((gbits[:, None, :] > gbits[:, :, None])
-                        | ((gbits[:, None, :] == gbits[:, :, None]) & (g[:, None, :] < g[:, :, None]))).to(tl.int32),
-                       axis=2)
-        hi = tl.reshape(tl.where((above < TOPK_GROUP)[:, :, None], hig, INT32_MIN), [R, NC, LT])
+    hi = _exact_bits(x, b, rows, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, ACCURATE)  # [R, NC, LT]
     # K rounds, two maxes a round: the best key bits among the lanes not taken, then the lowest such lane. Dead
     # lanes (-inf) stay above the dropped groups' (INT32_MIN), as the reference's exclude has them.
     inv = (W - 1) - lane3
@@ -415,38 +399,49 @@ def _exact_rows(rbits, logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_st
     launch waits for its slowest program). The reference's selection: exact keys, dead lanes at -inf, groups ranked
     by counting (ties to the lower group), K rounds of one 64-bit max each (order bits, inverted lane: the higher key,
     then the lower id)."""
-    lane = tl.arange(0, W)
+    lane = tl.arange(0, W)[None, None, :]  # [1, 1, W]: one row as the fast path's [R, NC, LT] tiles
     kc = tl.arange(0, KC)[:, None]  # [KC, 1]: the epilogue's tiles for one row
     for r in range(R):
         if (rbits >> r) & 1:
             rows = tl.program_id(0) * R + r + tl.arange(0, 1)  # [1]
             rows64 = rows.to(tl.int64)
             row_ptr = logits_ptr + rows64 * logits_row_stride
-            x = tl.load(row_ptr + lane).to(tl.float32)
+            x = tl.load(row_ptr[:, None, None] + lane).to(tl.float32)  # [1, 1, W]
             b = tl.load(bias_ptr + lane).to(tl.float32)
-            dead = (x != x) | (x == float("-inf"))
-            key = tl.where(dead, float("-inf"), _score(tl.where(dead, 0.0, x), 0.0, 0.0, SCORING, ACCURATE) + b)
-            hi = _order_bits(key)  # [W]
-            if N_GROUP > 1:
-                hig = tl.reshape(hi, [N_GROUP, GROUP_SIZE])
-                if GROUP_MAX:
-                    gscore = _key_of32(tl.max(hig, axis=1))
-                else:
-                    t1, t2 = tl.reduce((hig, tl.full(hig.shape, INT32_MIN, tl.int32)), 1, _top2_combine)
-                    gscore = _key_of32(t1) + _key_of32(t2)  # the reference's fp32 sum of the top two
-                gbits = _order_bits(gscore)
-                g = tl.arange(0, N_GROUP)
-                ahead = ((gbits[None, :] > gbits[:, None])
-                         | ((gbits[None, :] == gbits[:, None]) & (g[None, :] < g[:, None])))
-                above = tl.sum(ahead.to(tl.int32), axis=1)  # groups ranked above each
-                hi = tl.reshape(tl.where((above < TOPK_GROUP)[:, None], hig, INT32_MIN), [W])
+            hi = _exact_bits(x, b, rows, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, ACCURATE)
             # Dead lanes (-inf) stay above the dropped groups' (INT32_MIN), as the reference's exclude has them; a
             # taken lane goes below both.
             word = (hi.to(tl.int64) << 32) | ((W - 1) - lane).to(tl.int64)
             ids = tl.zeros([KC, 1], tl.int32)
             for i in range(K):
-                top = tl.max(word, axis=0)
-                ids = tl.where(kc == i, (W - 1) - (top & (W - 1)).to(tl.int32), ids)
-                word = tl.where(word == top, tl.full(word.shape, -(1 << 63), tl.int64), word)
+                top = _row_max(word)  # [1]
+                ids = tl.where(kc == i, ((W - 1) - (top & (W - 1)).to(tl.int32))[None, :], ids)
+                word = tl.where(word == top[:, None, None], tl.full(word.shape, -(1 << 63), tl.int64), word)
             _epilogue(ids, kc, row_ptr, rows64, rows < num_tokens, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING,
                       RENORMALIZE, EPS_CLAMP, APPLY_RSF, ACCURATE)
+
+
+@triton.jit
+def _exact_bits(x, b, rows, N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr,
+                GROUP_MAX: tl.constexpr, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
+    """[R, NC, LT] logits and bias ([R] rows for the layout) -> the exact keys' order bits: dead lanes (NaN, -inf) at
+    -inf's, the dropped groups' lanes at INT32_MIN (groups ranked by counting, ties to the lower group)."""
+    dead = (x != x) | (x == float("-inf"))
+    key = tl.where(dead, float("-inf"), _score(tl.where(dead, 0.0, x), 0.0, 0.0, SCORING, ACCURATE) + b)
+    hi = _order_bits(key)
+    if N_GROUP > 1:
+        R: tl.constexpr = x.shape[0]
+        hig = tl.reshape(hi, [R, N_GROUP, GROUP_SIZE])
+        if GROUP_MAX:
+            gscore = _key_of32(tl.max(hig, axis=2))
+        else:
+            t1, t2 = tl.reduce((hig, tl.full(hig.shape, INT32_MIN, tl.int32)), 2, _top2_combine)
+            gscore = _key_of32(t1) + _key_of32(t2)  # the reference's fp32 sum of the top two
+        gbits = _order_bits(gscore)
+        g = tl.arange(0, N_GROUP)[None, :] + (rows * 0)[:, None]  # [R, G]
+        # Groups ranked above each: a higher score, or the same score and a lower group.
+        ahead = ((gbits[:, None, :] > gbits[:, :, None])
+                 | ((gbits[:, None, :] == gbits[:, :, None]) & (g[:, None, :] < g[:, :, None])))
+        hi = tl.reshape(tl.where((tl.sum(ahead.to(tl.int32), axis=2) < TOPK_GROUP)[:, :, None], hig, INT32_MIN),
+                        x.shape)
+    return hi
