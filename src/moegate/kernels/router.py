@@ -338,6 +338,10 @@ shift_words_override: bool | None = None
 # us at T = 65536 on 32 threads a row; its rounds run over 16 lanes a thread, the router kernel's on cached words).
 # WARP_ROWS_REPAIR: close rows reordered on the exact keys of their K + 1 + WARP_ROWS_EXTRA best words (_repair)
 # rather than redone on the exact path (H100 run 162: DeepSeek-V4 65536 39.71 against 41.35 us, 4096 4.49 / 5.76).
+# WARP_ROWS_EXACT_ROWS: only the rows that need the exact path redo it, one at a time over the program's threads
+# (else a program redoes its R rows at once, spilled: the ~5 us a launch that kept grouped rows off below T = 65536 in
+# run 173); WARP_ROWS_MIXED_KEPT: an fp32 bias beside 16-bit logits rounds on the kept groups' lanes too (8 threads a
+# row). Both 2026-12-07, counted in sm_90 SASS and checked on the CPU, not yet timed (docs/kernel.md).
 # warp_rows_override forces the path on (at any T >= 1 and width the config allows) or off (tests, --ab-variants);
 # where it is None, a router-kernel override (_ROUTER_KERNEL_OVERRIDES) keeps the path off. The history of a row on
 # 32 threads (runs 153-168): docs/kernel.md, "Rows on warps".
