@@ -104,7 +104,7 @@ def _warp_rows_kernel(
     KC: tl.constexpr,  # words a row ([KC, R] tiles, a word a thread): at least K + 1 + EXTRA and LT // VEC
     NC: tl.constexpr,  # chunks of LT lanes a row
     LT: tl.constexpr,  # TH * VEC lanes a chunk: a 16-byte load on each of the row's TH threads
-    KEPT: tl.constexpr,  # rounds on the kept groups' lanes (TOPK_GROUP * GROUP_SIZE == 128; 32 threads a row)
+    KEPT: tl.constexpr,  # rounds on the kept groups' lanes (TOPK_GROUP * GROUP_SIZE == 128)
     BIAS_BY_OFFSET: tl.constexpr,  # KEPT: the bias read through the logits' pointers (the same dtype)
     REPAIR: tl.constexpr,  # close rows to _repair (else to the exact path)
     EXTRA: tl.constexpr,  # _repair's candidates past the first loser
