@@ -15,6 +15,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -811,3 +812,38 @@ def test_llama4_weights_the_experts_inputs():
     assert from_hf_config({"model_type": "llama4", "text_config": {**HEADS, **EK_LOCAL}}).weight_on_input is True
     for model_type in ("deepseek_v3", "qwen3_moe", "mixtral", "gpt_oss", "glm4_moe"):
         assert from_hf_config({"model_type": model_type}).weight_on_input is False, model_type
+
+
+@pytest.mark.parametrize("cfg,key", [
+    ({"model_type": "deepseek_v3", "routed_scaling_factor": True}, "routed_scaling_factor"),
+    ({"model_type": "deepseek_v3", "routed_scaling_factor": "2.5"}, "routed_scaling_factor"),
+    ({"model_type": "deepseek_v4", "routed_scaling_factor": "1.5"}, "routed_scaling_factor"),
+    ({"model_type": "afmoe", "route_scale": False}, "route_scale"),
+    ({"model_type": "ernie4_5_moe", "moe_norm_min": True}, "moe_norm_min"),
+    ({"model_type": "ernie4_5_moe", "moe_norm_min": "1e-3"}, "moe_norm_min"),
+    ({"model_type": "laguna", "moe_router_logit_softcapping": "30"}, "moe_router_logit_softcapping"),
+    ({"model_type": "dbrx", "ffn_config": {"moe_normalize_expert_weights": "1"}}, "moe_normalize_expert_weights"),
+], ids=["ds3-true", "ds3-str", "ds4-str", "afmoe-false", "ernie-true", "ernie-str", "laguna-cap-str", "dbrx-p-str"])
+def test_a_factor_that_is_not_a_number_is_a_value_error(cfg, key):
+    """A review of 2026-12-07: float() made true a scaling factor of 1.0, "2.5" one of 2.5, true an ERNIE eps of
+    1.0 (the weights then divided by max(sum, 1)); a number in a config.json is an int or a float, anything else is
+    a ValueError naming the key, like the counts' and the switches'."""
+    with pytest.raises(ValueError, match=f"{key} must be a number, got"):
+        from_hf_config(cfg)
+
+
+def test_factors_of_any_real_type_are_taken():
+    """An int, a float and numpy's scalars are numbers (a config built in Python may hold any of them)."""
+    base = {"model_type": "deepseek_v3", "num_hidden_layers": 2, "first_k_dense_replace": 1}
+    for rsf in (2, 2.5, np.float32(2.5), np.int64(2)):
+        assert from_hf_config({**base, "routed_scaling_factor": rsf}).routed_scaling_factor == float(rsf)
+    assert from_hf_config({"model_type": "ernie4_5_moe", "moe_norm_min": 1e-6}).renorm_eps == 1e-6
+
+
+@pytest.mark.parametrize("layer", ["1", True, 1.0, [1]])
+def test_a_layer_that_is_not_an_int_is_a_type_error(layer):
+    """from_hf_config(layer=True) routed as layer 1 and "1" failed inside a comparison: layer is an int or None."""
+    cfg = {"model_type": "deepseek_v3", "num_hidden_layers": 4, "first_k_dense_replace": 1}
+    with pytest.raises(TypeError, match="layer must be an int or None"):
+        from_hf_config(cfg, layer=layer)
+    assert from_hf_config(cfg, layer=np.int64(2)) == from_hf_config(cfg, layer=2)

@@ -14,6 +14,7 @@ output as its logits: logit multipliers and softcaps are RouterConfig fields (pi
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,13 +111,21 @@ def _shared(v: _View, key: str | None, default: int | None = 0) -> int:
     return _count(v, key, v.need(key, default))
 
 
+def _number(v: _View, key: str, value) -> float:
+    """A real number the config sets: an int or a float (numpy's too). A bool or a string is a ValueError naming the
+    key, not what float() makes of it (true as 1.0, "2.5" as 2.5)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{v.model_type}: {key} must be a number, got {value!r}")
+    return float(value)
+
+
 def _factor(v: _View, key: str, default: float) -> float:
-    """A scaling factor the config sets: a null one is a ValueError naming the key (float(None) would be a bare
-    TypeError; the families' transformers code fails on it too)."""
+    """A scaling factor or eps the config sets: a null one is a ValueError naming the key (float(None) would be a
+    bare TypeError; the families' transformers code fails on it too), so is anything but a number (_number)."""
     value = v.get(key, default)
     if value is None:
         raise ValueError(f"{v.model_type}: {key} is null; the model needs a number there")
-    return float(value)
+    return _number(v, key, value)
 
 
 def _softmax_renorm(
@@ -213,7 +222,8 @@ def _dbrx(v):
     p = sub.get("moe_normalize_expert_weights", 1.0)
     return RouterConfig(
         num_experts=sub.need("moe_num_experts", 4), top_k=sub.need("moe_top_k", 1), scoring="softmax",
-        renormalize=p is not None, renorm_eps=0.0, renorm_p=1.0 if p is None else float(p),
+        renormalize=p is not None, renorm_eps=0.0,
+        renorm_p=1.0 if p is None else _number(sub, "moe_normalize_expert_weights", p),
     )
 
 
@@ -315,7 +325,7 @@ def _rsf_or_one(v: _View, rsf):
         if v.model_type != "mimo_v2_flash":
             raise ValueError(f"{v.model_type}: routed_scaling_factor is null (transformers refuses it for this model)")
         return 1.0
-    return rsf
+    return _number(v, "routed_scaling_factor", rsf)
 
 
 def _mistral4(norm: str | bool):
@@ -387,9 +397,10 @@ def _lfm2_moe(v):
 def _laguna(v):  # the block multiplies the routed output by moe_routed_scaling_factor
     if v.get("moe_apply_router_weight_on_input", False):
         raise NotImplementedError("laguna: moe_apply_router_weight_on_input=True is rejected by transformers too")
-    cap = v.get("moe_router_logit_softcapping", 0.0) or 0.0
+    cap = v.get("moe_router_logit_softcapping", 0.0)
+    cap = 0.0 if cap is None else _number(v, "moe_router_logit_softcapping", cap)
     return _biased(v, E="num_experts", K="num_experts_per_tok", E_default=256, K_default=8, eps=0.0,
-                   softcap=float(cap) if cap > 0 else None, rsf=_factor(v, "moe_routed_scaling_factor", 1.0), shared=1)
+                   softcap=cap if cap > 0 else None, rsf=_factor(v, "moe_routed_scaling_factor", 1.0), shared=1)
 
 
 def _kolibri1(v):
@@ -400,7 +411,7 @@ def _kolibri1(v):
 def _ernie(v):
     return RouterConfig(
         num_experts=v.need("moe_num_experts", 64), top_k=v.need("moe_k", 6), scoring="softmax",
-        has_correction_bias=True, renormalize=True, renorm_eps=float(v.get("moe_norm_min", 1e-12)),
+        has_correction_bias=True, renormalize=True, renorm_eps=_factor(v, "moe_norm_min", 1e-12),
         renorm_eps_mode="clamp", num_shared_experts=_shared(v, "moe_num_shared_experts", 2),
     )
 
@@ -442,9 +453,10 @@ def _dots3_vision(v):
     per_layer = {int(k): cfg for k, cfg in (v.raw("per_layer_config") or {}).items()}
     K = v.raw("num_experts_per_tok") or v.raw("capacity_factor", 2)
     K = per_layer.get(v.layer, {}).get("num_experts_per_tok") or min(K, E)
-    rsf = v.raw("router_scaling_factor") or v.raw("router_scale", 1.0)
+    key = "router_scaling_factor" if v.raw("router_scaling_factor") else "router_scale"
+    rsf = _number(v, key, v.raw(key, 1.0))
     return RouterConfig(num_experts=E, top_k=K, scoring="sigmoid", has_correction_bias=True, renorm_eps=1e-20,
-                        routed_scaling_factor=float(rsf))
+                        routed_scaling_factor=rsf)
 
 
 def _dots3_vision_layers(v: _View, n: int) -> list[str]:
@@ -852,8 +864,16 @@ def from_hf_config(config, *, layer: int | None = None) -> RouterConfig:
         For families whose routing is not a per-token top-k (Switch, NLLB, Phi-MoE, Inkling v1, ZAYA, Doge),
         naming what moegate would need.
     ValueError
-        For an unknown model type, a config without MoE layers, or a missing required key.
+        For an unknown model type, a config without MoE layers, a missing required key, or a value of the wrong kind
+        (a count that is not a whole number, a switch that is not true / false / null, a factor that is not a
+        number), naming the key.
+    TypeError
+        For a ``layer`` that is not an int.
     """
+    if layer is not None:
+        if isinstance(layer, bool) or not isinstance(layer, numbers.Integral):
+            raise TypeError(f"from_hf_config: layer must be an int or None, got {layer!r}")
+        layer = int(layer)
     fam, v = _view(config, layer)
     if layer is None:
         try:
