@@ -206,7 +206,8 @@ def test_load_validates_each_recorded_row(tmp_path):
     meta = {"format": "moegate.routing/1", "num_experts": "8", "top_k": "2"}
     # Each case its own message (a review: [[-5, -5]] was refused as a repeat, and a check of ids below -1 could go).
     cases = {"outside": ([[0, 8]], "id 8 is outside"), "below -1": ([[-5, 3]], "id -5 is outside"),
-             "repeats": ([[3, 3]], "repeats within the row"), "padded row": ([[-1, 3]], "must be all -1"),
+             "repeats": ([[3, 3]], "repeats within the row"), "repeats 0": ([[0, 0]], "repeats within the row"),
+             "padded row": ([[-1, 3]], "must be all -1"),
              "live row after": ([[-1, -1], [1, 2]], "a live row after the padded row 0")}
     for name, (rows, match) in cases.items():
         ids = torch.full((1, 3, 2), -1, dtype=torch.int32)
@@ -246,3 +247,23 @@ def test_a_recorder_on_another_device_is_refused():
         route(torch.randn(3, 8), RouterConfig(num_experts=8, top_k=2), recorder=rec, backend="reference")
     with pytest.raises(ValueError, match="recorder is on meta, but ids are on cpu"):
         rec.record(0, torch.zeros(3, 2, dtype=torch.int32))
+
+
+def test_check_batch_refuses_one_past_its_bounds():
+    """check_batch is the recorder's only check on the Triton path (the kernel writes recorder.ids; record() is the
+    reference's): a batch one row past max_tokens, or a config of one more id than num_experts, is refused before any
+    launch, even where the routed ids would fit (a mutation review: both bounds off by one went unseen, record()
+    repeating them on the CPU)."""
+    rec = RoutingRecorder(num_layers=1, max_tokens=4, top_k=2, num_experts=8)
+    cpu = torch.device("cpu")
+    rec.check_batch(0, 4, 2, 8, cpu)  # at the bounds: taken
+    with pytest.raises(ValueError, match="max_tokens=4 rows, but the batch has T=5"):
+        rec.check_batch(0, 5, 2, 8, cpu)
+    with pytest.raises(ValueError, match="num_experts=8, but the config routes ids up to 8"):
+        rec.check_batch(0, 4, 2, 9, cpu)
+    # Through route: expert 8 of 9 never picked (its logit far below the rest), still refused, nothing recorded.
+    logits = torch.randn(3, 9)
+    logits[:, 8] = -100.0
+    with pytest.raises(ValueError, match="num_experts=8"):
+        route(logits, RouterConfig(9, 2), recorder=rec, backend="reference")
+    assert (rec.ids == -1).all()

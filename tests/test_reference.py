@@ -260,6 +260,10 @@ def test_zero_experts_compete_and_keep_their_ids():
     cfg = RouterConfig(num_experts=2, top_k=2, num_zero_experts=2, scoring="softmax", renormalize=False)
     w, ids = r([[0.0, 1.0, 3.0, -1.0]], cfg)
     assert ids.tolist() == [[2, 1]]
+    # The softmax runs over all E + zero experts (LongCat-Flash scores them together): weights by hand, which
+    # check_routing (the reference's own scores) could not tell from a softmax over the E alone (a mutation review).
+    e = [math.exp(v - 3.0) for v in (0.0, 1.0, 3.0, -1.0)]
+    assert w[0].tolist() == pytest.approx([e[2] / sum(e), e[1] / sum(e)], rel=1e-6)
     assert check_routing(w, ids, cfg) == []
 
 

@@ -114,6 +114,7 @@ def call(**kw):
     "kw,exc,name",
     [
         (dict(logits=torch.randn(4, 7)), ValueError, "logits"),
+        (dict(logits=torch.randn(4, 9)), ValueError, "logits"),  # wider than E: a mutant took it and routed id 8
         (dict(logits=torch.randn(4, 8, 1)), ValueError, "logits"),
         (dict(logits=torch.randn(4, 8).double()), TypeError, "logits"),
         (dict(logits=torch.zeros(4, 8, dtype=torch.int32)), TypeError, "logits"),
@@ -131,6 +132,8 @@ def call(**kw):
         (dict(config=CFG.replace(routing="hash"), token_ids=torch.zeros(4, dtype=torch.long),
               hash_table=torch.tensor([[3, 1, 2]])), ValueError, "hash_table"),
         (dict(token_ids=torch.zeros(4, dtype=torch.long)), ValueError, "token_ids"),
+        (dict(config=CFG.replace(routing="hash"), token_ids=torch.zeros(4, 2, dtype=torch.long),
+              hash_table=torch.tensor([[3, 1]])), ValueError, r"token_ids must have shape \(4,\)"),  # [T] only
         (dict(layout=ExpertLayout(ep_size=3)), ValueError, "ep_size"),
         (dict(layout=ExpertLayout(ep_size=2), home_rank=2), ValueError, "home_rank"),
         (dict(home_rank=-1), ValueError, "home_rank"),
@@ -142,6 +145,11 @@ def call(**kw):
         (dict(out=(torch.zeros(2, 4).t(), torch.zeros(4, 2, dtype=torch.int32))), ValueError, "out"),
         (dict(out=(torch.zeros(4, 2).double(), torch.zeros(4, 2, dtype=torch.int32))), TypeError, "out"),
         (dict(out=(torch.zeros(4, 2), torch.zeros(4, 2, dtype=torch.int64))), TypeError, "out"),
+        # One buffer on another device (both there: the aliasing check speaks first).
+        (dict(out=(torch.zeros(4, 2, device="meta"), torch.zeros(4, 2, dtype=torch.int32))), ValueError,
+         r"out\[0\] \(weights\) is on meta"),
+        (dict(out=(torch.zeros(4, 2), torch.zeros(4, 2, dtype=torch.int32, device="meta"))), ValueError,
+         r"out\[1\] \(ids\) is on meta"),
         (dict(layout=ExpertLayout(shared_slots="global"),
               out=(torch.zeros(4, 2), torch.zeros(4, 2, dtype=torch.int32))), ValueError, "out"),
         (dict(out=(_BUF, _BUF.view(torch.int32))), ValueError, r"out\[0\] \(weights\) overlaps out\[1\] \(ids\)"),
@@ -487,11 +495,14 @@ def test_wrong_types_are_type_errors_across_the_api():
     cfg = RouterConfig(num_experts=8, top_k=2)
     x = torch.randn(3, 8)
     layout = ExpertLayout(shared_slots="per_rank", ep_size=2)
-    for kw in (dict(home_rank=1.0), dict(home_rank=True), dict(out=torch.zeros(3, 2))):
+    for kw in (dict(home_rank=1.0), dict(home_rank=True), dict(out=torch.zeros(3, 2)), dict(num_valid_tokens=True)):
         with pytest.raises(TypeError, match=next(iter(kw))):
             route(x, cfg, layout, backend="reference", **kw)
     with pytest.raises(ValueError, match="out"):
         route(x, cfg, backend="reference", out=(torch.zeros(3, 2),))
+    for field in ("num_experts", "top_k"):  # a bool is not a count (True would be 1)
+        with pytest.raises(TypeError, match=f"{field} must be an int, got True"):
+            RouterConfig(**{"num_experts": 8, "top_k": 2, field: True})
     with pytest.raises(ValueError, match="home_rank"):
         route(x, cfg, layout, backend="reference", home_rank=2)
     w, ids = route(x, cfg, backend="reference")
