@@ -534,6 +534,9 @@ def test_omitted_layer_count_is_the_config_class_default(model_type):
         ({"model_type": "afmoe", "num_hidden_layers": 3}, ["dense", "moe", "moe"]),
         ({"model_type": "lfm2_moe", "num_hidden_layers": 4, "num_dense_layers": 1}, ["dense", "moe", "moe", "moe"]),
         ({"model_type": "lfm2_moe", "num_hidden_layers": 3}, ["dense", "dense", "moe"]),
+        # ERNIE's interval counts from 1: (layer + 1) % moe_layer_interval == 0 (modeling_ernie4_5_moe).
+        ({"model_type": "ernie4_5_moe", "num_hidden_layers": 6, "moe_layer_interval": 2, "moe_layer_start_index": 0,
+          "moe_layer_end_index": 5}, ["dense", "moe"] * 3),
     ],
 )
 def test_layer_types_from_legacy_keys(cfg, expected):
@@ -656,6 +659,11 @@ def test_dots3_vision_blocks_need_a_layer():
     assert [from_hf_config(saved, layer=i) for i in range(25, 42)] == [from_hf_config(cfg, layer=i)
                                                                       for i in range(25, 42)]
     assert from_hf_config({"model_type": "dots3_note_vision_encoder"}, layer=41) == from_hf_config(cfg, layer=41)
+    # A block's K is min(num_experts_per_tok, its experts), as Dots3NoteVisionConfig's per_layer_config has it.
+    wide = {"model_type": "dots3_note_vision_encoder", "num_experts_per_tok": 8}
+    assert [from_hf_config(wide, layer=i).top_k for i in (25, 26, 41)] == [4, 8, 8]
+    assert from_hf_config(wide, layer=25) == from_hf_config(transformers.Dots3NoteVisionConfig(num_experts_per_tok=8),
+                                                            layer=25)
 
 
 def test_cohere2_average_scales_routed_and_shared_experts_by_half():
@@ -755,8 +763,11 @@ def test_review_config_values_are_not_coerced():
                        ({"model_type": "longcat_flash", "zero_expert_num": None}, "no value for 'zero_expert_num'")):
         with pytest.raises(ValueError, match=match):
             from_hf_config(bad)
-    # A null switch is off, as the routers' truth tests have it; whole floats are counts.
+    # A null switch is off, as the routers' truth tests have it, also where the family's default is on
+    # (DeepSeek-V3's router: `if self.norm_topk_prob:`); whole floats are counts.
     assert from_hf_config({"model_type": "qwen3_moe", "norm_topk_prob": None}).renormalize is False
+    assert from_hf_config({"model_type": "deepseek_v3", "norm_topk_prob": None}).renormalize is False
+    assert from_hf_config({"model_type": "deepseek_v3"}).renormalize is True
     assert from_hf_config({"model_type": "deepseek_v3", "n_shared_experts": 2.0}).num_shared_experts == 2
     assert from_hf_config({"model_type": "dots1", "n_routed_experts": 16, "num_experts_per_tok": 4,
                            "n_shared_experts": 1}).num_shared_experts == 1
@@ -847,3 +858,49 @@ def test_a_layer_that_is_not_an_int_is_a_type_error(layer):
     with pytest.raises(TypeError, match="layer must be an int or None"):
         from_hf_config(cfg, layer=layer)
     assert from_hf_config(cfg, layer=np.int64(2)) == from_hf_config(cfg, layer=2)
+
+
+def _read(fn):
+    try:
+        return fn()
+    except (ValueError, NotImplementedError) as exc:
+        return type(exc).__name__
+
+
+@pytest.mark.parametrize("model_type", sorted(t for t in set(FAMILIES) | set(SYNONYMS)
+                                              if t in transformers.CONFIG_MAPPING))
+def test_a_bare_config_routes_like_the_config_class_defaults(model_type):
+    """A config.json that names only its model type is read with the config class's defaults, the router and every
+    layer's kind (a mutation review: LongCat's zero_expert_num default and Nemotron-H's default layer pattern were
+    pinned nowhere, the layer test above comparing counts only)."""
+    cls = transformers.CONFIG_MAPPING[model_type]()
+    assert _read(lambda: from_hf_config({"model_type": model_type})) == _read(lambda: from_hf_config(cls))
+    assert _read(lambda: moe_layer_types({"model_type": model_type})) == _read(lambda: moe_layer_types(cls))
+
+
+@pytest.mark.parametrize("model_type,eps,mode", [
+    # ../shared/MODELS.md, "eps values": none for SM-R/F, MiniMax-M2/M3, Step3p7, Laguna, Kolibri1, Flint; 1e-20 for
+    # the DS3 family, DSv4, Inkling2, HY-V3, AFMoE; 1e-15 Muse Spark; 1e-6 LFM2; ERNIE clamps at 1e-12.
+    ("mixtral", 0.0, "add"), ("minimax_m2", 0.0, "add"), ("minimax_m3_vl_text", 0.0, "add"), ("step3p7", 0.0, "add"),
+    ("laguna", 0.0, "add"), ("kolibri1", 0.0, "add"), ("flint", 0.0, "add"),
+    ("deepseek_v3", 1e-20, "add"), ("glm4_moe", 1e-20, "add"), ("deepseek_v4", 1e-20, "add"),
+    ("inkling2_text", 1e-20, "add"), ("hy_v3", 1e-20, "add"), ("afmoe", 1e-20, "add"),
+    ("muse_spark_text", 1e-15, "add"), ("lfm2_moe", 1e-6, "add"), ("ernie4_5_moe", 1e-12, "clamp"),
+])
+def test_renorm_eps_of_each_family(model_type, eps, mode):
+    """The eps a family renormalises with, as its router adds it: a sum near 1 hides 1e-6 against 1e-20 from the
+    router comparisons (within 1e-6), so each is pinned here (a mutation review: LFM2's 1e-6 went to 1e-20 unseen)."""
+    config = from_hf_config({"model_type": model_type})
+    assert (config.renorm_eps, config.renorm_eps_mode) == (eps, mode)
+
+
+@pytest.mark.parametrize("cfg,shared", [
+    ({"model_type": "hunyuan_v1_moe"}, 1),  # HunYuanMoEV1Moe always builds shared_mlp
+    ({"model_type": "qwen3_omni_moe_talker_text"}, 1),  # the talker's block always builds shared_expert
+    ({"model_type": "granitemoeshared", "shared_intermediate_size": 0}, 0),  # shared_mlp is None at size 0
+    ({"model_type": "granitemoeshared", "shared_intermediate_size": 64}, 1),
+])
+def test_shared_expert_counts_of_blocks_that_build_one(cfg, shared):
+    """Shared experts the router comparisons cannot see (their default layout has no shared columns): pinned to
+    the blocks transformers builds (a mutation review: each could go to 0 unseen)."""
+    assert from_hf_config(cfg).num_shared_experts == shared

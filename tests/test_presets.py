@@ -103,6 +103,13 @@ def test_the_registry_is_read_only_and_preset_builds_from_a_copy():
         ("mixtral-8x22b", dict(num_experts=8, top_k=2, scoring="softmax", renormalize=True, renorm_eps=0.0)),
         ("qwen3-235b-a22b", dict(num_experts=128, top_k=8, scoring="softmax", renormalize=True, renorm_eps=0.0,
                                  num_shared_experts=0)),
+        # A mutation review (2026-12-07): these could change unseen.
+        ("llama4-maverick", dict(num_experts=128, top_k=1, scoring="sigmoid", selection="logits", renormalize=False,
+                                 num_shared_experts=1)),
+        ("kimi-k2.5", dict(num_experts=384, top_k=8, n_group=1, routed_scaling_factor=2.827, num_shared_experts=1,
+                           renormalize=True)),
+        ("deepseek-v2", dict(num_experts=160, top_k=6, scoring="softmax", n_group=8, topk_group=3,
+                             routed_scaling_factor=16.0, num_shared_experts=2, renormalize=False)),
     ],
 )
 def test_preset_routing_facts(name, expected):
@@ -113,7 +120,8 @@ def test_preset_routing_facts(name, expected):
 @pytest.mark.parametrize(
     "name,dense,moe,hash_",
     [("deepseek-v3", 3, 58, 0), ("kimi-k2", 1, 60, 0), ("deepseek-v4", 0, 40, 3), ("llama4-maverick", 24, 24, 0),
-     ("ernie-4.5", 3, 51, 0), ("qwen3-moe", 0, 48, 0), ("jamba", 16, 16, 0)],
+     ("ernie-4.5", 3, 51, 0), ("qwen3-moe", 0, 48, 0), ("jamba", 16, 16, 0), ("deepseek-v2", 1, 59, 0),
+     ("glm-4.5", 3, 89, 0), ("glm-4.6", 3, 89, 0), ("dbrx", 0, 40, 0), ("kimi-k2.5", 1, 60, 0)],
 )
 def test_preset_layer_types(name, dense, moe, hash_):
     kinds = moe_layer_types(preset_hf_config(name))
