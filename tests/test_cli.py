@@ -301,6 +301,86 @@ def test_route_shows_a_progress_bar_when_chunked(capsys, monkeypatch):
     assert code == 0 and err == ""  # one chunk: no bar
 
 
+def test_route_json_cold_experts_coldest_and_zero_share(capsys):
+    """The load fields beside per_expert, each recomputed from route() on the same seeded inputs (a mutation review:
+    coldest in descending order, cold_experts counting the experts below the mean, and a zero-expert share taken over
+    the real experts' assignments all passed). LongCat-Flash (512 real + 256 zero experts, top-12) on 256 tokens leaves
+    many real experts without a token: coldest is the ascending order, ties to the lower id (hottest's descending
+    order turned round), cold_experts the experts with no token (the summary's "N without tokens"), and
+    zero_expert_share the zero experts' fraction of all routed assignments ("of the assignments"), so at most 1."""
+    got = run_json(capsys, "route", "--preset", "longcat-flash", "--tokens", "256", "--seed", "2")
+    cfg = preset("longcat-flash")
+    _, ids = route(config=cfg, **synthetic_inputs(cfg, 256, seed=2))
+    every = torch.tensor(expected_load(ids, cfg.top_k, cfg.num_scored))  # [E + Z]
+    load = every[: cfg.num_experts]  # [E]
+    assert got["load"]["per_expert"] == load.tolist()
+    coldest = torch.argsort(load, stable=True)[:5].tolist()
+    hottest = torch.argsort(load, descending=True, stable=True)[:5].tolist()
+    assert got["load"]["coldest"] == [[e, int(load[e])] for e in coldest]
+    assert got["load"]["hottest"] == [[e, int(load[e])] for e in hottest]
+    cold = int((load == 0).sum())
+    assert 5 < cold < int((load < load.double().mean()).sum())  # ties among the coldest; "cold" is not "below mean"
+    assert got["load"]["cold_experts"] == cold
+    assert got["load"]["coldest"] == [[e, 0] for e in coldest] and coldest == sorted(coldest)
+    zero = int(every[cfg.num_experts:].sum())
+    assert 0 < zero < 256 * cfg.top_k
+    assert got["load"]["zero_expert_share"] == pytest.approx(zero / (256 * cfg.top_k))
+    assert 0 < got["load"]["zero_expert_share"] <= 1
+
+
+def test_route_json_coldest_without_ties_is_ascending(capsys):
+    """coldest on a batch where every expert has tokens: the five least-loaded experts, least first (a mutation review:
+    the same five in descending order passed)."""
+    got = run_json(capsys, "route", "--preset", "qwen3-moe", "--tokens", "500", "--seed", "3")
+    cfg = preset("qwen3-moe")
+    _, ids = route(synthetic_logits(500, cfg.num_experts, seed=3, skew=1.0), cfg)
+    load = torch.tensor(expected_load(ids, cfg.top_k, cfg.num_experts))
+    coldest = torch.argsort(load, stable=True)[:5].tolist()
+    assert got["load"]["coldest"] == [[e, int(load[e])] for e in coldest]
+    assert [v for _, v in got["load"]["coldest"]] == sorted(v for _, v in got["load"]["coldest"])
+    assert got["load"]["coldest"][0][1] < got["load"]["coldest"][-1][1]  # not all tied: the order is seen
+    assert got["load"]["cold_experts"] == int((load == 0).sum())
+
+
+def test_route_json_skew_is_none_for_logits_from_a_file(capsys, tmp_path):
+    """run.skew is the skew of the synthetic logits, and None when the logits come from a file, which no skew shaped
+    (a mutation review: reporting --skew's default 1 there passed)."""
+    path = tmp_path / "logits.npy"
+    np.save(path, synthetic_logits(32, 8, seed=1).numpy())
+    got = run_json(capsys, "route", "--preset", "mixtral", "--logits", str(path))
+    assert got["run"]["skew"] is None and got["run"]["logits"] == str(path)
+    got = run_json(capsys, "route", "--preset", "mixtral", "--logits", str(path), "--skew", "0.5")
+    assert got["run"]["skew"] is None
+    got = run_json(capsys, "route", "--preset", "mixtral", "--tokens", "32", "--skew", "0.5")
+    assert got["run"]["skew"] == 0.5
+
+
+def test_route_reports_a_violation_in_a_later_chunk_at_its_row(capsys, monkeypatch):
+    """A broken row found in a later chunk, past that chunk's --verify-rows part, is reported at its row number in the
+    batch (a mutation review: the number within its chunk passed, as the only broken row tested was in the first
+    chunk). 100 tokens in chunks of 40 with --verify-rows 50: the second chunk (rows 40-79) is checked in two parts,
+    rows 40-49 against the reference and rows 50-79 without; the router repeats an expert in batch row 65."""
+    import moegate.cli
+
+    calls = []
+
+    def broken_route(logits, *args, **kwargs):  # repeats its first expert in row 25 of its second call
+        weights, ids = route(logits, *args, **kwargs)
+        calls.append(logits.shape[0])
+        if len(calls) == 2:
+            ids = ids.clone()
+            ids[25, 1] = ids[25, 0]
+        return weights, ids
+
+    monkeypatch.setattr(moegate.cli, "route", broken_route)
+    code, out, _ = run_cli(capsys, "route", "--preset", "qwen3-moe", "--tokens", "100", "--chunk-tokens", "40",
+                           "--verify-rows", "50", "--json")
+    got = json.loads(out)
+    assert calls == [40, 40, 20]
+    assert code == 1 and not got["check"]["ok"] and got["check"]["violations"] >= 1
+    assert got["check"]["first"] and all(v.startswith("row 65, ") for v in got["check"]["first"]), got["check"]
+
+
 # --------------------------------------------------------------------------------------------------
 # record and check
 
@@ -377,6 +457,36 @@ def test_check_corrupted_capture_fails_with_a_clear_message(capsys, tmp_path):
     assert code == 1 and "not a moegate routing capture" in out
 
 
+def test_check_tokens_are_summed_over_the_layers(capsys, tmp_path):
+    """check's "tokens" is the total over the capture's recorded layers (a mutation review: the last layer's count
+    passed, every capture tested having one layer). Three layers of 5, none (never recorded) and 3 rows: 8 tokens."""
+    rec = RoutingRecorder(3, 8, 2, 8)
+    rec.record(0, torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7], [1, 2]]))
+    rec.record(2, torch.tensor([[3, 4], [5, 6], [7, 0]]))
+    path = tmp_path / "cap.safetensors"
+    rec.save(path)
+    got = run_json(capsys, "check", str(path))
+    assert got["ok"] and got["num_layers"] == 3
+    assert [info["tokens"] for info in got["layers"]] == [5, None, 3]
+    assert got["tokens"] == 8
+    code, out, _ = run_cli(capsys, "check", str(path))
+    assert code == 0 and "moegate check: OK (8 tokens in 3 layer(s))" in out
+
+
+def test_check_layer_without_hf_config_is_a_usage_error(capsys, tmp_path):
+    """`check FILE --layer N` alone is a usage error, exit 2, as in route: --layer picks a decoder layer of
+    --hf-config (a mutation review: check ignoring it and checking against the file's metadata, exit 0, passed)."""
+    rec = RoutingRecorder(1, 4, 2, 8)
+    rec.record(0, torch.tensor([[0, 1], [2, 3]]))
+    path = tmp_path / "cap.safetensors"
+    rec.save(path)
+    assert run_cli(capsys, "check", str(path))[0] == 0  # the file itself is clean
+    code, out, err = run_cli(capsys, "check", str(path), "--layer", "3")
+    assert code == 2 and not out
+    assert err.strip().splitlines() == ["moegate: error: --layer picks a decoder layer of --hf-config (a preset is "
+                                        "one layer's routing)"]
+
+
 # --------------------------------------------------------------------------------------------------
 # presets, show, env, bench
 
@@ -442,6 +552,52 @@ def test_bench_missing_is_one_clear_line(capsys, monkeypatch):
                                         "from this install"]
 
 
+def test_presets_json_rows_match_the_presets(capsys):
+    """presets --json: each row's num_experts, top_k and sentence are its preset's (top_k the routed experts, never
+    counting shared ones), and exactly the default preset is marked default (a mutation review: top_k + shared
+    experts passed, only the names being asserted)."""
+    got = run_json(capsys, "presets")
+    assert got["command"] == "presets" and got["default"] == DEFAULT_PRESET
+    assert [row["name"] for row in got["presets"]] == preset_names()
+    for row in got["presets"]:
+        cfg = preset(row["name"])
+        assert row == {"name": row["name"], "default": row["name"] == DEFAULT_PRESET, "num_experts": cfg.num_experts,
+                       "top_k": cfg.top_k, "semantics": describe(cfg)}, row["name"]
+    assert [row["name"] for row in got["presets"] if row["default"]] == [DEFAULT_PRESET]
+    assert any(preset(row["name"]).num_shared_experts for row in got["presets"])  # shared experts are exercised
+    default = next(row for row in got["presets"] if row["default"])
+    assert (default["num_experts"], default["top_k"]) == (256, 8)  # deepseek-v3: 256 experts, top-8, 1 shared
+
+
+def test_show_json_gives_the_pipeline_steps(capsys, tmp_path):
+    """show --json carries the pipeline the table shows: "steps", one {"step", "what"} a step of
+    moegate.cli.explain(config), in order (a mutation review: dropping "steps" passed). For a preset and a
+    config.json."""
+    from moegate import from_hf_config
+    from moegate.cli import explain
+
+    for target, cfg in (("deepseek-v3", preset("deepseek-v3")), ("longcat-flash", preset("longcat-flash"))):
+        shown = run_json(capsys, "show", target)
+        assert shown["steps"] == [{"step": s, "what": w} for s, w in explain(cfg)], target
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}))
+    shown = run_json(capsys, "show", str(path))
+    assert shown["steps"] == [{"step": s, "what": w} for s, w in explain(from_hf_config(path))]
+    assert [s["step"] for s in shown["steps"]][:2] == ["1 logits", "2 scores"]
+
+
+def test_env_reports_the_installed_versions_of_rich_and_safetensors(capsys):
+    """env's rich and safetensors fields are those packages' own versions (a mutation review: torch's version given
+    as safetensors' passed, as test_env asserts neither)."""
+    from importlib.metadata import version
+
+    import safetensors
+
+    got = run_json(capsys, "env")
+    assert got["safetensors"] == safetensors.__version__ == version("safetensors")
+    assert got["rich"] == version("rich")
+
+
 # --------------------------------------------------------------------------------------------------
 # bad arguments: one line, exit 2, no traceback
 
@@ -480,6 +636,29 @@ def test_unsupported_hf_config_is_one_line(capsys, tmp_path):
     path.write_text("{not json")
     code, _, err = run_cli(capsys, "show", str(path))
     assert code == 2 and "not valid JSON" in err and len(err.strip().splitlines()) == 1
+
+
+def test_no_command_is_a_usage_error(capsys):
+    """`moegate` with no command prints the help and exits 2, a usage error (a mutation review: exit 0 passed)."""
+    code, out, _ = run_cli(capsys)
+    assert code == 2
+    assert "usage: moegate" in out and "COMMAND" in out
+
+
+def test_an_unsupported_family_is_one_line_not_a_traceback(capsys, tmp_path):
+    """A config.json of a family moegate names but cannot express (Phi-MoE's sparsemixer: from_hf_config raises
+    NotImplementedError) is one line, `moegate: error: ...`, exit 2, as any bad argument (a mutation review: letting
+    NotImplementedError through as a traceback passed; the unsupported-config test used an unknown model_type, a
+    ValueError)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "phimoe", "num_local_experts": 16, "num_experts_per_tok": 2}))
+    for argv in (["show", str(path)], ["show", str(tmp_path), "--json"], ["route", "--hf-config", str(path)]):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 2 and not out, (argv, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("moegate: error: from_hf_config: phimoe is not a per-token "
+                                                       "top-k router"), (argv, err)
+        assert "Traceback" not in err
 
 
 def test_route_with_inf_logits_still_prints_valid_json(capsys, tmp_path):
