@@ -35,6 +35,7 @@ from moegate.layout import SCALE_MODES, SHARED_SLOTS, ExpertLayout
 from moegate.presets import DEFAULT_PRESET, preset, preset_names
 from moegate.router import BACKENDS, resolve_backend, route
 from moegate.synthetic import (
+    bias_std,
     synthetic_bias,
     synthetic_expert_scale,
     synthetic_hash_table,
@@ -477,8 +478,9 @@ def _route_inputs(args, config: RouterConfig, device: torch.device):
                 bias = bias.float()
             notes["bias"] = args.bias
         else:
-            bias = synthetic_bias(config.num_scored, args.seed)
-            notes["bias"] = f"synthetic (seed {args.seed}, std 0.01)"
+            std = bias_std(config)
+            bias = synthetic_bias(config.num_scored, args.seed, std=std)
+            notes["bias"] = f"synthetic (seed {args.seed}, std {std:.3g})"
         bias = bias.to(device)
     elif args.bias is not None:
         raise CliError("--bias: the config has no correction bias (has_correction_bias=False)")

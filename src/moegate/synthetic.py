@@ -109,11 +109,28 @@ def synthetic_logits(
     return logits.to(device=device)
 
 
-def synthetic_bias(num_experts: int, seed: int = 0, *, device: torch.device | str = "cpu") -> torch.Tensor:
-    """A small correction bias [E] float32 (normal, std 0.01), as noaux_tc configs need."""
+BIAS_STD = 0.01
+
+
+def synthetic_bias(
+    num_experts: int, seed: int = 0, *, std: float = BIAS_STD, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """A small correction bias [E] float32 (normal, std ``std``), as noaux_tc configs need; ``bias_std(config)``
+    is the std that suits a config's keys."""
     _check_int("num_experts", num_experts, 1)
     _check_int("seed", seed, 0, SEED_MAX)
-    return (0.01 * torch.randn(num_experts, generator=_generator(seed, _STREAM_BIAS))).to(device)
+    _check_nonnegative_float("std", std)
+    return (float(std) * torch.randn(num_experts, generator=_generator(seed, _STREAM_BIAS))).to(device)
+
+
+def bias_std(config: RouterConfig) -> float:
+    """The synthetic bias's std for a config: BIAS_STD (0.01) where the keys are sigmoid or sqrt-softplus scores
+    (about 0.5: a 2% bias) or logits, and 2% of the mean score, 0.02 / (E + Z), where they are softmax scores.
+    A bias of 0.01 against LongCat-Flash's softmax scores (about 1 / 768) decided the selection alone: four experts
+    took every token."""
+    if config.scoring == "softmax" and config.selection == "scores":
+        return 2 * BIAS_STD / config.num_scored
+    return BIAS_STD
 
 
 def synthetic_expert_scale(num_experts: int, seed: int = 0, *, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -169,7 +186,7 @@ def synthetic_inputs(
     inputs = {"logits": synthetic_logits(num_tokens, config.num_scored, seed, skew, offset=offset, dtype=dtype,
                                          device=device)}
     if config.has_correction_bias:
-        inputs["bias"] = synthetic_bias(config.num_scored, seed, device=device)
+        inputs["bias"] = synthetic_bias(config.num_scored, seed, std=bias_std(config), device=device)
     if config.has_expert_scale:
         inputs["expert_scale"] = synthetic_expert_scale(config.num_experts, seed, device=device)
     if config.routing == "hash":
