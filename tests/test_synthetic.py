@@ -102,3 +102,32 @@ def test_expert_scale_and_bias_are_independent_streams():
         assert not torch.allclose(scale - 1.0, 5.0 * bias, atol=1e-4)
         corr = float(torch.corrcoef(torch.stack([bias, scale]))[0, 1])
         assert abs(corr) < 0.1, (seed, corr)
+
+
+def test_bias_std_suits_the_keys():
+    """bias_std: 0.01 beside sigmoid / sqrt-softplus scores (about 0.5) and logits, 2% of the mean score beside
+    softmax scores; synthetic_bias draws that std, and refuses a negative one."""
+    from moegate import RouterConfig, preset, route
+    from moegate.synthetic import BIAS_STD, bias_std, synthetic_inputs
+
+    assert bias_std(preset("deepseek-v3")) == BIAS_STD == 0.01
+    longcat = preset("longcat-flash")  # softmax + bias over 512 + 256 zero experts
+    assert bias_std(longcat) == 0.02 / 768
+    assert bias_std(RouterConfig(64, 4, scoring="softmax", selection="logits", has_correction_bias=True)) == BIAS_STD
+    b = synthetic_bias(4096, 3, std=1e-4)
+    assert torch.allclose(b, synthetic_bias(4096, 3) * 1e-2, rtol=1e-6, atol=0)  # the same normals, scaled
+    assert abs(float(b.std()) - 1e-4) < 1e-5
+    try:
+        synthetic_bias(8, std=-1.0)
+    except ValueError as exc:
+        assert "std" in str(exc)
+    else:
+        raise AssertionError("a negative std was taken")
+    # With 0.01 four of LongCat-Flash's experts took every token; with its own std no expert takes them all.
+    inputs = synthetic_inputs(longcat, 1024, seed=0)
+    _, ids = route(inputs["logits"], longcat, bias=inputs["bias"], backend="reference")
+    load = torch.bincount(ids.flatten().long(), minlength=longcat.num_scored)
+    assert int(load.max()) < 1024 // 4
+    loud = dict(inputs, bias=synthetic_bias(longcat.num_scored, 0))
+    _, ids = route(loud["logits"], longcat, bias=loud["bias"], backend="reference")
+    assert int(torch.bincount(ids.flatten().long()).max()) == 1024  # the old std: one expert in every row
