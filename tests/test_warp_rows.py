@@ -86,14 +86,12 @@ def _logits(T, E, dtype=torch.float32, seed=0):
     return (torch.randn(T, E, generator=g) * 2).to(dtype).to(DEVICE)
 
 
-@pytest.mark.parametrize("exact", [False, True, "program"], ids=["fast", "forced-exact", "forced-exact-program"])
+@pytest.mark.parametrize("exact", [False, True], ids=["fast", "forced-exact"])
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_routes_like_the_reference(name, exact, forced, monkeypatch):
     """Every config the path takes, fp32 logits, random and tie-free rows, into poisoned outputs; the fast path and
-    the exact path (every program forced down it: a row at a time, or its R rows at once with WARP_ROWS_EXACT_ROWS
-    off) both route like the reference."""
-    monkeypatch.setattr(kr, "force_exact_override", bool(exact))
-    monkeypatch.setattr(kr, "WARP_ROWS_EXACT_ROWS", exact != "program")
+    the exact path (every row of every program forced down it) both route like the reference."""
+    monkeypatch.setattr(kr, "force_exact_override", exact)
     config = CONFIGS[name]
     E = config.num_experts
     for T in TOKENS:
@@ -261,23 +259,29 @@ def test_what_it_cannot_take_goes_to_the_router_kernel(case, forced):
 
 def test_where_the_launcher_takes_it(monkeypatch):
     """Without an override: from WARP_ROWS_MIN_TOKENS on, rows of WARP_ROWS_LANES lanes, with groups from
-    WARP_ROWS_GROUPS (None: never; nothing launched here)."""
-    low, cases = kr.WARP_ROWS_MIN_TOKENS, []
+    WARP_ROWS_GROUPS[the logits' element size] (None or absent: never; nothing launched here)."""
+    low, f32, b16, cases = kr.WARP_ROWS_MIN_TOKENS, torch.float32, torch.bfloat16, []
     for name, T, want in (("deepseek-v4", low - 1, False), ("deepseek-v4", low, True), ("sigmoid", 65536, True),
                           ("deepseek-v3", 65536, False), ("512-top22", 65536, False), ("eps-clamp", 65536, False)):
-        cases.append((name, T, want, None))
-    cases += [("deepseek-v3", low, True, low), ("deepseek-v3", low - 1, False, low),
-              ("deepseek-v3", 2 * low, True, 2 * low), ("deepseek-v3", 2 * low - 1, False, 2 * low)]
-    for name, T, want, groups in cases:
+        cases += [(name, T, f32, want, {}), (name, T, b16, want, {4: None, 2: None})]
+    cases += [("deepseek-v3", low, f32, True, {4: low}), ("deepseek-v3", low - 1, f32, False, {4: low}),
+              ("deepseek-v3", 2 * low, f32, True, {4: 2 * low}), ("deepseek-v3", 2 * low - 1, f32, False, {4: 2 * low}),
+              ("deepseek-v3", 2 * low, b16, False, {4: 2 * low}), ("deepseek-v3", 2 * low, f32, False, {2: low}),
+              ("deepseek-v3", low, b16, True, {4: 2 * low, 2: low}), ("deepseek-v3", low - 1, b16, False, {2: low})]
+    # the launcher's own thresholds: fp32 logits from 32768, bf16 / fp16 from 16384
+    for T, dtype, want in ((32768, f32, True), (32767, f32, False), (16384, b16, True), (16383, b16, False),
+                           (16384, torch.float16, True), (16384, f32, False)):
+        cases.append(("deepseek-v3", T, dtype, want, kr.WARP_ROWS_GROUPS))
+    for name, T, dtype, want, groups in cases:
         monkeypatch.setattr(kr, "WARP_ROWS_GROUPS", groups)
         config = CONFIGS[name]
         E = config.num_experts
         with kr.recorded_launches(run=False) as seen:
-            route(torch.zeros(T, E, device=DEVICE), config, bias=_bias(E), backend="triton")
-        assert ("R" in seen[0]) is want, (name, T, groups)
-        if want:  # the launcher's shape: a row on 8 threads, one warp, 64 registers, with groups or without
+            route(torch.zeros(T, E, dtype=dtype, device=DEVICE), config, bias=_bias(E), backend="triton")
+        assert ("R" in seen[0]) is want, (name, T, dtype, groups)
+        if want:  # the launcher's shape: a row on 8 threads (16-byte loads), one warp, 64 registers, groups or not
             shape = (seen[0]["R"], seen[0]["LT"], seen[0]["num_warps"], seen[0].get("maxnreg"))
-            assert shape == (4, 32, 1, 64), (name, shape)
+            assert shape == (4, 8 * 16 // dtype.itemsize, 1, 64), (name, dtype, shape)
 
 
 @pytest.mark.parametrize("override,value", [("approx_keys_override", False), ("prefetch_rows_override", 3),
@@ -341,9 +345,10 @@ def test_cuda_graph_replay_and_compile_match_eager():
 @pytest.mark.parametrize("name,groups", [("deepseek-v3", False), ("deepseek-v3", True), ("deepseek-v4", False),
                                          ("512-top22", False)])
 def test_large_launches_route_like_the_reference(name, groups, monkeypatch):
-    """The benchmark's sizes, as the launcher picks the path (groups: WARP_ROWS_GROUPS from 32768, so DeepSeek-V3
-    takes the rows-on-warps kernel at each T; else never): T = 32768 and 65536 (the last program full), 65535."""
-    monkeypatch.setattr(kr, "WARP_ROWS_GROUPS", 32768 if groups else None)
+    """The benchmark's sizes, as the launcher picks the path (groups: fp32 logits' WARP_ROWS_GROUPS at 32768, so
+    DeepSeek-V3 takes the rows-on-warps kernel at each T; else never): T = 32768 and 65536 (the last program full),
+    65535."""
+    monkeypatch.setattr(kr, "WARP_ROWS_GROUPS", {4: 32768} if groups else {})
     config = CONFIGS[name]
     E = config.num_experts
     for T in (32768, 65535, 65536):

@@ -719,11 +719,6 @@ for _t in (32, 16, 8):
                                            "WARP_ROWS_MAX_REGISTERS": {_t: (_n, _n)}}
     for _w in (1, 4):  # ... on W warps a program (WARP_ROWS_WARPS)
         AB_VARIANTS[f"rows-t{_t}-w{_w}"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": _t, "WARP_ROWS_WARPS": _w}
-# ... the exact path as before 2026-12-07: a flagged program redoes its R rows at once (WARP_ROWS_EXACT_ROWS off)
-AB_VARIANTS["rows-t8-r96-xp"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": 8,
-                                 "WARP_ROWS_MAX_REGISTERS": {8: (96, 96)}, "WARP_ROWS_EXACT_ROWS": False}
-AB_VARIANTS["rows-t8-w1-xp"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": 8, "WARP_ROWS_WARPS": 1,
-                                "WARP_ROWS_EXACT_ROWS": False}
 AB_VARIANTS["rows-t8-w1-r64"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": 8, "WARP_ROWS_WARPS": 1,
                                  "WARP_ROWS_MAX_REGISTERS": {8: (64, 64)}}
 # ... an fp32 bias beside bf16 logits rounding on every lane (WARP_ROWS_MIXED_KEPT off)

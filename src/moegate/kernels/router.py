@@ -334,33 +334,32 @@ shift_words_override: bool | None = None
 # 18.28 against the router kernel's 13.09; the ~13 programs a launch whose groups' scores lie within the keys' error
 # redo 8 rows on the exact path, spilled, and the launch waits for the last) and win at 65536 with two warps and 96
 # registers (fp32 38.93 against 42.93, bf16 38.19 against 42.98; the exact path as it was then): WARP_ROWS_GROUPS,
-# the T from which grouped rows take it (None: never). WARP_ROWS_LANES: the row widths it takes by default (512
-# top-22, run 161: 104.7 against 79.8 us at T = 65536 on 32 threads a row; its rounds run over 16 lanes a thread, the
-# router kernel's on cached words).
+# the T from which grouped rows take it, by the logits' element size (None or absent: never). WARP_ROWS_LANES: the
+# row widths it takes by default (512 top-22, run 161: 104.7 against 79.8 us at T = 65536 on 32 threads a row; its
+# rounds run over 16 lanes a thread, the router kernel's on cached words).
 # WARP_ROWS_REPAIR: close rows reordered on the exact keys of their K + 1 + WARP_ROWS_EXTRA best words (_repair)
 # rather than redone on the exact path (H100 run 162: DeepSeek-V4 65536 39.71 against 41.35 us, 4096 4.49 / 5.76).
-# WARP_ROWS_EXACT_ROWS: only the rows that need the exact path redo it, one at a time over the program's threads
-# (else a program redoes its R rows at once, spilled: the ~5 us a launch that kept grouped rows off below T = 65536 in
-# run 173); WARP_ROWS_MIXED_KEPT: an fp32 bias beside 16-bit logits rounds on the kept groups' lanes too (8 threads a
-# row). Both 2026-12-07, timed in H100 run 175 (the bench's --ab, rotated inputs): with them grouped rows win from
-# T = 32768 on one warp and 64 registers (DeepSeek-V3 fp32 32768 22.11 us against the router kernel's 23.83, 65536
-# 34.32 / 42.82; bf16 18.42 / 23.21 and 30.68 / 42.89; fp32 still loses at 16384, 14.31 / 13.17), where the exact
-# path of a program's R rows at once took 27.43 / 40.20 (fp32) on two warps and 96 registers; rounds on the kept
-# lanes for bf16 beside an fp32 bias 30.68 against 34.05 at 65536. Hence WARP_ROWS_GROUPS 32768 and one warp, 64
-# registers for both kinds of row.
+# Since 2026-12-07 only the rows that need the exact path redo it, one at a time over the program's threads (a
+# program redid its R rows at once, spilled: the ~5 us a launch that kept grouped rows off below T = 65536 in run
+# 173), and WARP_ROWS_MIXED_KEPT: an fp32 bias beside 16-bit logits rounds on the kept groups' lanes too (8 threads a
+# row). Timed in H100 run 175 (the bench's --ab, rotated inputs): grouped rows win from T = 32768 on one warp and 64
+# registers (DeepSeek-V3 fp32 32768 22.11 us against the router kernel's 23.83, 65536 34.32 / 42.82; bf16 18.42 /
+# 23.21 and 30.68 / 42.89), where the old exact path took 27.43 / 40.20 (fp32); rounds on the kept lanes for bf16
+# beside an fp32 bias 30.68 against 34.05 at 65536. At 16384 bf16 logits win too (12.07 against 12.88) and fp32 ones
+# lose (14.31 against 13.17). Hence WARP_ROWS_GROUPS by the logits' element size (fp32 from 32768, bf16 / fp16 from
+# 16384), one warp and 64 registers for both kinds of row.
 # warp_rows_override forces the path on (at any T >= 1 and width the config allows) or off (tests, --ab-variants);
 # where it is None, a router-kernel override (_ROUTER_KERNEL_OVERRIDES) keeps the path off. The history of a row on
 # 32 threads (runs 153-168): docs/kernel.md, "Rows on warps".
 WARP_ROWS = True
 WARP_ROWS_MIN_TOKENS = 16384
-WARP_ROWS_GROUPS: int | None = 32768
+WARP_ROWS_GROUPS: dict[int, int | None] = {4: 32768, 2: 16384}
 WARP_ROWS_LANES = (256,)
 WARP_ROWS_THREADS = 8
 WARP_ROWS_WARPS = 1
 WARP_ROWS_MAX_REGISTERS = {32: (32, 32), 16: (64, 64), 8: (64, 64)}
 WARP_ROWS_REPAIR = True
 WARP_ROWS_EXTRA = 1
-WARP_ROWS_EXACT_ROWS = True
 WARP_ROWS_MIXED_KEPT = True
 warp_rows_override: bool | None = None
 
@@ -803,8 +802,9 @@ def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, pack
     T = logits.shape[0]
     lanes = spec.N_GROUP * spec.GROUP_SIZE
     grouped = spec.N_GROUP > 1
+    groups_from = WARP_ROWS_GROUPS.get(logits.element_size())
     on = (WARP_ROWS and T >= WARP_ROWS_MIN_TOKENS and lanes in WARP_ROWS_LANES
-          and (not grouped or (WARP_ROWS_GROUPS is not None and T >= WARP_ROWS_GROUPS)) and not _router_kernel_forced()
+          and (not grouped or (groups_from is not None and T >= groups_from)) and not _router_kernel_forced()
           if warp_rows_override is None else warp_rows_override)
     if not on or T < 1 or bias is None or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return None
@@ -859,7 +859,7 @@ def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float
         EPS_CLAMP=bool(spec.EPS_CLAMP), APPLY_RSF=bool(spec.APPLY_RSF), R=rows, NC=chunks, LT=chunk, KC=words,
         KEPT=kept, BIAS_BY_OFFSET=bias_offset is not None, REPAIR=WARP_ROWS_REPAIR,
         EXTRA=min(WARP_ROWS_EXTRA, words - 1 - spec.K),  # at most `words` words
-        FORCE_EXACT=force_exact_override, EXACT_ROWS=WARP_ROWS_EXACT_ROWS,
+        FORCE_EXACT=force_exact_override,
         COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(), num_warps=rows * threads // 32, **extra,
     )
 

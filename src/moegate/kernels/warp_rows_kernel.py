@@ -36,11 +36,10 @@ Every program then stores its rows (the epilogue: the winners' logits gathered a
 rows and no flag (REPAIR) reorders the K + 1 + EXTRA candidates on their exact keys (_repair) and stores the close rows
 again where the bound on the other lanes holds. The rows left (flagged ones, close ones in a program with a flag, close
 ones whose bound failed; every row under FORCE_EXACT) go to the exact path one at a time, each spread over all the
-program's threads (EXACT_ROWS, _exact_rows): exact keys (libdevice, IEEE division and square root: the reference's
-bits), dead lanes (NaN, -inf) at -inf, groups ranked by counting (ties to the lower group), K rounds of one 64-bit max
-(order bits, inverted lane), in a function not inlined (its registers do not set the fast path's). Without EXACT_ROWS
-a program with such a row redoes all its R rows at once on the fast path's tiles (_exact_program: 32 lanes a thread
-on 8 threads a row, spilled). The fallbacks cost a launch their latency, not their throughput (docs/kernel.md).
+program's threads (_exact_rows): exact keys (libdevice, IEEE division and square root: the reference's bits), dead
+lanes (NaN, -inf) at -inf, groups ranked by counting (ties to the lower group), K rounds of one 64-bit max (order
+bits, inverted lane), in a function not inlined (its registers do not set the fast path's). The fallbacks cost a
+launch their latency, not their throughput (docs/kernel.md).
 
 What it does not do (the launcher sends such calls to the router kernel): logit scale or softcap, logits
 selection, no bias, softmax, hash routing, placement, shared slots, padding, capture, packed words, expert scales,
@@ -109,7 +108,6 @@ def _warp_rows_kernel(
     REPAIR: tl.constexpr,  # close rows to _repair (else to the exact path)
     EXTRA: tl.constexpr,  # _repair's candidates past the first loser
     FORCE_EXACT: tl.constexpr,  # every program takes the exact path (tests)
-    EXACT_ROWS: tl.constexpr,  # the exact path a row at a time on the program's threads (else its R rows at once)
     COUNT_FALLBACKS: tl.constexpr,
     ACCURATE: tl.constexpr,
 ):
@@ -246,31 +244,18 @@ def _warp_rows_kernel(
             tl.atomic_add(stats_ptr + 1, 1)
         bound = _repair_bound(base, cur, bias_mag, LANE_BITS, SCORING, N_GROUP > 1 and not KEPT)
         r_ids, r_ok = _repair(ids, kc, bound, row_ptr, bias_ptr, K, C, SCORING, ACCURATE)
-        if EXACT_ROWS:
-            # The close rows whose bound held stored again, the others redone on the exact path.
-            _epilogue(r_ids, kc, row_ptr, rows64, row_ok & close & r_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K,
-                      SCORING, RENORMALIZE, EPS_CLAMP, APPLY_RSF, ACCURATE)
-            _redo_rows(close & (r_ok.to(tl.int32) == 0) & row_ok, stats_ptr, logits_ptr, weights_ptr, ids_ptr,
-                       bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf, K, N_GROUP, GROUP_SIZE, TOPK_GROUP,
-                       GROUP_MAX, SCORING, RENORMALIZE, EPS_CLAMP, APPLY_RSF, R, W, KC, COUNT_FALLBACKS, ACCURATE)
-        elif tl.min(r_ok.to(tl.int32), axis=0) > 0:
-            _epilogue(r_ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING,
-                      RENORMALIZE, EPS_CLAMP, APPLY_RSF, ACCURATE)
-        else:
-            state = 2
+        # The close rows whose bound held stored again, the others redone on the exact path.
+        _epilogue(r_ids, kc, row_ptr, rows64, row_ok & close & r_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K,
+                  SCORING, RENORMALIZE, EPS_CLAMP, APPLY_RSF, ACCURATE)
+        _redo_rows(close & (r_ok.to(tl.int32) == 0) & row_ok, stats_ptr, logits_ptr, weights_ptr, ids_ptr,
+                   bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf, K, N_GROUP, GROUP_SIZE, TOPK_GROUP,
+                   GROUP_MAX, SCORING, RENORMALIZE, EPS_CLAMP, APPLY_RSF, R, W, KC, COUNT_FALLBACKS, ACCURATE)
     if state > 1:
-        if EXACT_ROWS:
-            # The flagged rows and the close ones (no _repair in a program with a flagged row).
-            redo = row_ok if FORCE_EXACT else (flag | close) & row_ok
-            _redo_rows(redo, stats_ptr, logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens,
-                       renorm_eps, rsf, K, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, RENORMALIZE,
-                       EPS_CLAMP, APPLY_RSF, R, W, KC, COUNT_FALLBACKS, ACCURATE)
-        else:
-            if COUNT_FALLBACKS:
-                tl.atomic_add(stats_ptr, 1)
-            _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps,
-                           rsf, K, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, RENORMALIZE, EPS_CLAMP,
-                           APPLY_RSF, R, NC, LT, KC, ACCURATE)
+        # The flagged rows and the close ones (no _repair in a program with a flagged row).
+        redo = row_ok if FORCE_EXACT else (flag | close) & row_ok
+        _redo_rows(redo, stats_ptr, logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens,
+                   renorm_eps, rsf, K, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, RENORMALIZE, EPS_CLAMP,
+                   APPLY_RSF, R, W, KC, COUNT_FALLBACKS, ACCURATE)
 
 
 @triton.jit
@@ -353,50 +338,14 @@ def _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps
 
 
 @triton.jit(noinline=True)
-def _exact_program(logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf,
-                   K: tl.constexpr, N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr,
-                   GROUP_MAX: tl.constexpr, SCORING: tl.constexpr, RENORMALIZE: tl.constexpr, EPS_CLAMP: tl.constexpr,
-                   APPLY_RSF: tl.constexpr, R: tl.constexpr, NC: tl.constexpr, LT: tl.constexpr, KC: tl.constexpr,
-                   ACCURATE: tl.constexpr):
-    """The program's R rows on the exact path, stored (EXACT_ROWS off; _exact_rows redoes only the rows that need it):
-    the reference's selection (exact keys, dead lanes at -inf, ties to the lower id and the lower group) on the fast
-    path's [R, NC, LT] tiles, so no barrier either: a launch waits for its slowest program, and one redone at its end
-    adds this path's latency to the whole launch (H100, the router kernel's functions on [R, lanes] tiles here:
-    DeepSeek-V3 fp32 T = 65536 41.7 against 33.1 us without it). Not inlined: its registers would otherwise set the
-    fast path's count (32, 64 warps an SM)."""
-    W: tl.constexpr = NC * LT
-    rows = tl.program_id(0) * R + tl.arange(0, R)
-    row_ok = rows < num_tokens
-    rows64 = tl.minimum(rows, num_tokens - 1).to(tl.int64)
-    row_ptr = logits_ptr + rows64 * logits_row_stride
-    lane3 = tl.arange(0, NC)[None, :, None] * LT + tl.arange(0, LT)[None, None, :] + (rows * 0)[:, None, None]
-    x = tl.load(row_ptr[:, None, None] + lane3).to(tl.float32)
-    b = tl.load(bias_ptr + lane3).to(tl.float32)
-    hi = _exact_bits(x, b, rows, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, ACCURATE)  # [R, NC, LT]
-    # K rounds, two maxes a round: the best key bits among the lanes not taken, then the lowest such lane. Dead
-    # lanes (-inf) stay above the dropped groups' (INT32_MIN), as the reference's exclude has them.
-    inv = (W - 1) - lane3
-    avail = lane3 >= 0
-    kc = tl.arange(0, KC)[:, None] + (rows * 0)[None, :]  # [KC, R]
-    ids = tl.zeros(kc.shape, tl.int32)
-    for i in range(K):  # a loop, not unrolled: less code, the same time (H100 run 160)
-        best = _row_max(tl.where(avail, hi, INT32_MIN))
-        low = _row_max(tl.where(avail & (hi == best[:, None, None]), inv, -1))  # its inverted lane
-        ids = tl.where(kc == i, ((W - 1) - low)[None, :], ids)
-        avail = avail & (inv != low[:, None, None])
-    _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
-              EPS_CLAMP, APPLY_RSF, ACCURATE)
-
-
-@triton.jit(noinline=True)
 def _exact_rows(rbits, logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens, renorm_eps, rsf,
                 K: tl.constexpr, N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr,
                 GROUP_MAX: tl.constexpr, SCORING: tl.constexpr, RENORMALIZE: tl.constexpr, EPS_CLAMP: tl.constexpr,
                 APPLY_RSF: tl.constexpr, R: tl.constexpr, W: tl.constexpr, KC: tl.constexpr, ACCURATE: tl.constexpr):
     """The program's rows whose bit is set in rbits (bit r: row pid * R + r) on the exact path, one after another,
-    each spread over all the program's threads (W / (32 * warps) lanes a thread, where _exact_program keeps R rows of
-    W / TH lanes on TH threads each: a flagged program there redid all its rows on 32 lanes a thread, spilled, and a
-    launch waits for its slowest program). The reference's selection: exact keys, dead lanes at -inf, groups ranked
+    each spread over all the program's threads (W / (32 * warps) lanes a thread; until 2026-12-07 a flagged program
+    redid all its R rows at once on the fast path's tiles, 32 lanes a thread, spilled, and a launch waits for its
+    slowest program: docs/kernel.md). The reference's selection: exact keys, dead lanes at -inf, groups ranked
     by counting (ties to the lower group), K rounds of one 64-bit max each (order bits, inverted lane: the higher key,
     then the lower id)."""
     lane = tl.arange(0, W)[None, None, :]  # [1, 1, W]: one row as the fast path's [R, NC, LT] tiles
