@@ -103,6 +103,28 @@ def test_routes_like_the_reference(name, exact, forced, monkeypatch):
             assert forced[0]["KEPT"] is kept
 
 
+@pytest.mark.parametrize("top_k", [1, 3, 7, 8])
+@pytest.mark.parametrize("grouped", [True, False], ids=["groups", "no-groups"])
+def test_narrow_epilogue_writes_what_the_wide_one_does(top_k, grouped, forced, monkeypatch):
+    """The epilogue on a [KE, R] tile of the K winners (WARP_ROWS_NARROW, KE the power of 2 >= K: 1, 4, 8 against
+    the words' 8 or 16) and on the words' own tile: the same bits, both routing like the reference; and the
+    rows beside them that take _repair or the exact path (tied keys) still routed like the reference."""
+    config = (_dsv3(top_k=top_k) if grouped else
+              RouterConfig(256, top_k, scoring="sigmoid", has_correction_bias=True, routed_scaling_factor=2.5))
+    logits = _logits(37, 256, seed=top_k)
+    logits[3, 32:40] = logits[3, 32:40].max() + 1  # eight tied winners: _repair orders them by id
+    logits[9, ::16] = 9.0  # sixteen tied keys, across groups: more than _repair's candidates, the exact path
+    logits[20, 5] = float("nan")  # a NaN logit: the exact path
+    outs = []
+    for narrow in (True, False):
+        monkeypatch.setattr(kr, "WARP_ROWS_NARROW", narrow)
+        forced.clear()
+        outs.append(run_both(logits, config, bias=torch.zeros(256, device=DEVICE))[0])
+        assert forced[0]["NARROW"] is narrow and "R" in forced[0]
+    torch.testing.assert_close(outs[0].ids, outs[1].ids, rtol=0, atol=0)
+    torch.testing.assert_close(outs[0].weights, outs[1].weights, rtol=0, atol=0)
+
+
 def _kept_by_dtype(logits_dtype, bias_dtype) -> bool:
     """Whether grouped rows whose kept lanes are 128 round on them (KEPT) with these dtypes: the bias through the
     logits' pointers where the two share a dtype, else through its own on 8 threads a row (WARP_ROWS_MIXED_KEPT)."""

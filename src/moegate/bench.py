@@ -723,6 +723,8 @@ AB_VARIANTS["rows-t8-w1-r64"] = {"warp_rows_override": True, "WARP_ROWS_THREADS"
                                  "WARP_ROWS_MAX_REGISTERS": {8: (64, 64)}}
 # ... an fp32 bias beside bf16 logits rounding on every lane (WARP_ROWS_MIXED_KEPT off)
 AB_VARIANTS["rows-a-warp-no-mixed-kept"] = {"warp_rows_override": True, "WARP_ROWS_MIXED_KEPT": False}
+# ... the epilogue on the [KC, R] words' tile, two slots a thread for DeepSeek-V3 (WARP_ROWS_NARROW off)
+AB_VARIANTS["rows-a-warp-wide-epilogue"] = {"warp_rows_override": True, "WARP_ROWS_NARROW": False}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}
 AB_VARIANTS["rows-a-warp-extra0"] = {"warp_rows_override": True, "WARP_ROWS_EXTRA": 0}
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one

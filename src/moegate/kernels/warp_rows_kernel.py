@@ -108,6 +108,7 @@ def _warp_rows_kernel(
     REPAIR: tl.constexpr,  # close rows to _repair (else to the exact path)
     EXTRA: tl.constexpr,  # _repair's candidates past the first loser
     FORCE_EXACT: tl.constexpr,  # every program takes the exact path (tests)
+    NARROW: tl.constexpr,  # the epilogue on [KE, R] tiles of the K winners where KE < KC (else on the [KC, R] words)
     COUNT_FALLBACKS: tl.constexpr,
     ACCURATE: tl.constexpr,
 ):
@@ -197,6 +198,13 @@ def _warp_rows_kernel(
     top = _row_max(word)
     kc = tl.arange(0, KC)[:, None] + (rows * 0)[None, :]  # [KC, R]: a word a thread
     wk = tl.where(kc == 0, top[None, :], 0)
+    # NARROW: the K winners also in a [KE, R] tile for the epilogue where KE < KC (DeepSeek-V3: K = 8, KC = 16), so
+    # that a thread gathers, scores and stores one winner, not two slots of which half are dead (sm_90 SASS of the
+    # fast path at T = 65536, DeepSeek-V3 fp32 1341 -> 1276 instructions a warp of four rows, bf16 1328 -> 1256).
+    KE: tl.constexpr = 1 << (K - 1).bit_length() if NARROW else KC
+    if KE < KC:
+        ke = tl.arange(0, KE)[:, None] + (rows * 0)[None, :]
+        we = tl.where(ke == 0, top[None, :], 0)
     cur = top
     widest = tl.full(top.shape, INT32_MIN, tl.int32)  # the largest step: minus the closest two adjacent words
     C: tl.constexpr = K + 1 + EXTRA  # words found: the K winners, the first loser, EXTRA more (_repair's candidates)
@@ -205,6 +213,8 @@ def _warp_rows_kernel(
         step = _row_max((word - cur[:, None, None]).to(tl.uint32, bitcast=True)).to(tl.int32, bitcast=True)
         cur = cur + step  # the next word down (the unsigned max of word - cur: the smallest distance below)
         wk = tl.where(kc == i, cur[None, :], wk)
+        if KE < KC and i < K:
+            we = tl.where(ke == i, cur[None, :], we)
         if i <= K:
             widest = tl.maximum(widest, step)
         if i == K:
@@ -217,13 +227,13 @@ def _warp_rows_kernel(
     err = _key_err(tl.abs(best.to(tl.float32, bitcast=True)), SCORING, bias_mag)
     flag = flag | (n_bits < 0x00800000)
     close = gap * ulp <= 2.0 * err  # [R]: rows _repair reorders on exact keys
-    cw = (1 << LANE_BITS) - 1 - (wk & ((1 << LANE_BITS) - 1))  # [KC, R]
-    if KEPT:
-        GSB: tl.constexpr = GROUP_SIZE.bit_length() - 1
-        cw = cw - ((1 << LANE_BITS) - 128)  # the compact lane
-        ids = ((slots[None, :] >> ((cw >> GSB) << 2)) & 15) * GROUP_SIZE + (cw & (GROUP_SIZE - 1))
+    if not KEPT:
+        slots = rows  # unused
+    if KE < KC:
+        ids_e = _ids_of(we, slots, LANE_BITS, KEPT, GROUP_SIZE)
     else:
-        ids = cw
+        ke = kc
+        ids_e = _ids_of(wk, slots, LANE_BITS, KEPT, GROUP_SIZE)
     if COUNT_FALLBACKS:
         tl.atomic_add(stats_ptr + 2, 1)
     # The epilogue first, then the flags: deciding on a repair or the exact path takes the R rows' flags across the
@@ -231,7 +241,7 @@ def _warp_rows_kernel(
     # took ~15% longer (H100: DeepSeek-V3 fp32 T = 65536 39.3 against 33.4 us without the exact path); after the
     # stores a warp has nothing left to do, and the program holds its slot until its last warp ends either way. The
     # barrier also orders the two writes of an output.
-    _epilogue(ids, kc, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
+    _epilogue(ids_e, ke, row_ptr, rows64, row_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K, SCORING, RENORMALIZE,
               EPS_CLAMP, APPLY_RSF, ACCURATE)
     # One reduction across the warps: 2 or more, a row for the exact path; 1, close rows only (_repair).
     state = tl.max(flag.to(tl.int32) * 2 + close.to(tl.int32), axis=0)
@@ -243,6 +253,7 @@ def _warp_rows_kernel(
         if COUNT_FALLBACKS:
             tl.atomic_add(stats_ptr + 1, 1)
         bound = _repair_bound(base, cur, bias_mag, LANE_BITS, SCORING, N_GROUP > 1 and not KEPT)
+        ids = _ids_of(wk, slots, LANE_BITS, KEPT, GROUP_SIZE)  # [KC, R]: the C candidates
         r_ids, r_ok = _repair(ids, kc, bound, row_ptr, bias_ptr, K, C, SCORING, ACCURATE)
         # The close rows whose bound held stored again, the others redone on the exact path.
         _epilogue(r_ids, kc, row_ptr, rows64, row_ok & close & r_ok, weights_ptr, ids_ptr, renorm_eps, rsf, K,
@@ -256,6 +267,18 @@ def _warp_rows_kernel(
         _redo_rows(redo, stats_ptr, logits_ptr, weights_ptr, ids_ptr, bias_ptr, logits_row_stride, num_tokens,
                    renorm_eps, rsf, K, N_GROUP, GROUP_SIZE, TOPK_GROUP, GROUP_MAX, SCORING, RENORMALIZE, EPS_CLAMP,
                    APPLY_RSF, R, W, KC, COUNT_FALLBACKS, ACCURATE)
+
+
+@triton.jit
+def _ids_of(w, slots, LANE_BITS: tl.constexpr, KEPT: tl.constexpr, GROUP_SIZE: tl.constexpr):
+    """Words ([N, R]) -> their experts: the inverted lane in the low bits; on the kept groups' lanes (KEPT) the
+    compact lane, its group the 4-bit field of slots ([R]) at the group's rank."""
+    cw = (1 << LANE_BITS) - 1 - (w & ((1 << LANE_BITS) - 1))
+    if KEPT:
+        GSB: tl.constexpr = GROUP_SIZE.bit_length() - 1
+        cw = cw - ((1 << LANE_BITS) - 128)  # the compact lane
+        cw = ((slots[None, :] >> ((cw >> GSB) << 2)) & 15) * GROUP_SIZE + (cw & (GROUP_SIZE - 1))
+    return cw
 
 
 @triton.jit
