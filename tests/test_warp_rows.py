@@ -103,26 +103,47 @@ def test_routes_like_the_reference(name, exact, forced, monkeypatch):
             assert forced[0]["KEPT"] is kept
 
 
-@pytest.mark.parametrize("top_k", [1, 3, 7, 8])
-@pytest.mark.parametrize("grouped", [True, False], ids=["groups", "no-groups"])
-def test_narrow_epilogue_writes_what_the_wide_one_does(top_k, grouped, forced, monkeypatch):
-    """The epilogue on a [KE, R] tile of the K winners (WARP_ROWS_NARROW, KE the power of 2 >= K: 1, 4, 8 against
-    the words' 8 or 16) and on the words' own tile: the same bits, both routing like the reference; and the
-    rows beside them that take _repair or the exact path (tied keys) still routed like the reference."""
-    config = (_dsv3(top_k=top_k) if grouped else
-              RouterConfig(256, top_k, scoring="sigmoid", has_correction_bias=True, routed_scaling_factor=2.5))
-    logits = _logits(37, 256, seed=top_k)
+VARIANT_CONFIGS = {
+    "dsv3-top1": _dsv3(top_k=1), "dsv3-top3": _dsv3(top_k=3), "dsv3-top7": _dsv3(top_k=7),
+    "deepseek-v3": CONFIGS["deepseek-v3"], "group-max": CONFIGS["group-max"], "groups-of-16": CONFIGS["groups-of-16"],
+    "every-group-kept": CONFIGS["every-group-kept"],
+    "sigmoid-top3": RouterConfig(256, 3, scoring="sigmoid", has_correction_bias=True, routed_scaling_factor=2.5),
+}
+
+
+@pytest.mark.parametrize("name", list(VARIANT_CONFIGS))
+def test_fast_path_variants_write_the_same_bits(name, forced, monkeypatch):
+    """The fast path's two forms of 2026-12-07 against the kernel before them, each alone and both, writing the
+    same bits and routing like the reference: the epilogue on a [KE, R] tile of the K winners (WARP_ROWS_NARROW, KE
+    the power of 2 >= K: 1, 4, 8 against the words' 8 or 16) and the kept groups by rounds of a max
+    (WARP_ROWS_GROUP_ROUNDS, where they are at most half the groups: 4 of 8, 2 of 4, 8 of 16; counting for 8 of 8);
+    rows beside them that take _repair or the exact path (tied keys, a NaN, near-tied groups) too."""
+    config = VARIANT_CONFIGS[name]
+    logits = _logits(37, 256, seed=len(name))
     logits[3, 32:40] = logits[3, 32:40].max() + 1  # eight tied winners: _repair orders them by id
     logits[9, ::16] = 9.0  # sixteen tied keys, across groups: more than _repair's candidates, the exact path
     logits[20, 5] = float("nan")  # a NaN logit: the exact path
     outs = []
-    for narrow in (True, False):
+    for narrow, rounds in ((False, False), (True, False), (False, True), (True, True)):
         monkeypatch.setattr(kr, "WARP_ROWS_NARROW", narrow)
+        monkeypatch.setattr(kr, "WARP_ROWS_GROUP_ROUNDS", rounds)
         forced.clear()
         outs.append(run_both(logits, config, bias=torch.zeros(256, device=DEVICE))[0])
-        assert forced[0]["NARROW"] is narrow and "R" in forced[0]
-    torch.testing.assert_close(outs[0].ids, outs[1].ids, rtol=0, atol=0)
-    torch.testing.assert_close(outs[0].weights, outs[1].weights, rtol=0, atol=0)
+        assert "R" in forced[0] and (forced[0]["NARROW"], forced[0]["GROUP_ROUNDS"]) == (narrow, rounds)
+        if config.n_group == 8 and config.topk_group == 4:
+            # near-tied 4th and 5th groups: every program on the exact path (the group margin's flag), and the fast
+            # launch against a forced exact one (the reference's exp differs on the CPU)
+            tied, zero = near_tied_group_logits(8, 256, 8), torch.zeros(256, device=DEVICE)
+            fast, (redone, _repaired, programs) = _counted(tied, config, bias=zero)
+            assert redone == programs == -(-8 // _rows_a_program(True)), (narrow, rounds, redone, programs)
+            monkeypatch.setattr(kr, "force_exact_override", True)
+            exact = route(tied, config, bias=zero, backend="triton")
+            monkeypatch.setattr(kr, "force_exact_override", False)
+            torch.testing.assert_close(fast.ids, exact.ids, rtol=0, atol=0)
+            torch.testing.assert_close(fast.weights, exact.weights, **TOLERANCES["default"])
+    for other in outs[1:]:
+        torch.testing.assert_close(other.ids, outs[0].ids, rtol=0, atol=0)
+        torch.testing.assert_close(other.weights, outs[0].weights, rtol=0, atol=0)
 
 
 def _kept_by_dtype(logits_dtype, bias_dtype) -> bool:

@@ -725,6 +725,11 @@ AB_VARIANTS["rows-t8-w1-r64"] = {"warp_rows_override": True, "WARP_ROWS_THREADS"
 AB_VARIANTS["rows-a-warp-no-mixed-kept"] = {"warp_rows_override": True, "WARP_ROWS_MIXED_KEPT": False}
 # ... the epilogue on the [KC, R] words' tile, two slots a thread for DeepSeek-V3 (WARP_ROWS_NARROW off)
 AB_VARIANTS["rows-a-warp-wide-epilogue"] = {"warp_rows_override": True, "WARP_ROWS_NARROW": False}
+# ... the kept groups by counting the groups above each (WARP_ROWS_GROUP_ROUNDS off)
+AB_VARIANTS["rows-a-warp-group-count"] = {"warp_rows_override": True, "WARP_ROWS_GROUP_ROUNDS": False}
+# ... both of 2026-12-07's fast-path changes off (the kernel of 9f7707a)
+AB_VARIANTS["rows-a-warp-9f7707a"] = {"warp_rows_override": True, "WARP_ROWS_GROUP_ROUNDS": False,
+                                      "WARP_ROWS_NARROW": False}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}
 AB_VARIANTS["rows-a-warp-extra0"] = {"warp_rows_override": True, "WARP_ROWS_EXTRA": 0}
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one

@@ -364,6 +364,9 @@ WARP_ROWS_MIXED_KEPT = True
 # WARP_ROWS_NARROW: the epilogue on a [KE, R] tile of the K winners (KE the power of 2 >= K) where the words' tile is
 # wider (DeepSeek-V3: 8 of 16 words), one winner a thread: sm_90 SASS of the fast path 5% shorter (2026-12-07).
 WARP_ROWS_NARROW = True
+# WARP_ROWS_GROUP_ROUNDS: the kept groups by TOPK_GROUP rounds of a max over the group words where they are at most
+# half the groups (DeepSeek-V3: 4 of 8), not by counting the groups above each (2026-12-07).
+WARP_ROWS_GROUP_ROUNDS = True
 warp_rows_override: bool | None = None
 
 
@@ -862,7 +865,7 @@ def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float
         EPS_CLAMP=bool(spec.EPS_CLAMP), APPLY_RSF=bool(spec.APPLY_RSF), R=rows, NC=chunks, LT=chunk, KC=words,
         KEPT=kept, BIAS_BY_OFFSET=bias_offset is not None, REPAIR=WARP_ROWS_REPAIR,
         EXTRA=min(WARP_ROWS_EXTRA, words - 1 - spec.K),  # at most `words` words
-        FORCE_EXACT=force_exact_override, NARROW=WARP_ROWS_NARROW,
+        FORCE_EXACT=force_exact_override, NARROW=WARP_ROWS_NARROW, GROUP_ROUNDS=WARP_ROWS_GROUP_ROUNDS,
         COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(), num_warps=rows * threads // 32, **extra,
     )
 

@@ -109,6 +109,7 @@ def _warp_rows_kernel(
     EXTRA: tl.constexpr,  # _repair's candidates past the first loser
     FORCE_EXACT: tl.constexpr,  # every program takes the exact path (tests)
     NARROW: tl.constexpr,  # the epilogue on [KE, R] tiles of the K winners where KE < KC (else on the [KC, R] words)
+    GROUP_ROUNDS: tl.constexpr,  # the kept groups by TOPK_GROUP rounds of a max where 2 * TOPK_GROUP <= N_GROUP
     COUNT_FALLBACKS: tl.constexpr,
     ACCURATE: tl.constexpr,
 ):
@@ -146,9 +147,24 @@ def _warp_rows_kernel(
             n_keys: tl.constexpr = 2
         flag = flag | (tl.min(low, axis=1) < 0)  # a group key below +0.0: raw bits may misorder it
         g = tl.arange(0, N_GROUP)[None, :] + (rows * 0)[:, None]  # [R, G]
-        gword = (gscore.to(tl.int32, bitcast=True) & (-N_GROUP)) | ((N_GROUP - 1) - g)
-        above = tl.sum((gword[:, None, :] > gword[:, :, None]).to(tl.int32), axis=2)  # groups ranked above each
-        kept = above < TOPK_GROUP
+        gword = (gscore.to(tl.int32, bitcast=True) & (-N_GROUP)) | ((N_GROUP - 1) - g)  # distinct in a row
+        if GROUP_ROUNDS and 2 * TOPK_GROUP <= N_GROUP:
+            # TOPK_GROUP rounds of a max over the row's group words, each round's group into the 4-bit field s of
+            # slots: where the counting below compares every pair of groups (DeepSeek-V3: 64 compares and
+            # conditional adds a row, ~100 sm_90 instructions a warp of four rows), four maxes of 8 words.
+            gw = gword
+            slots = tl.zeros(rows.shape, tl.int32)
+            for s in tl.static_range(TOPK_GROUP):
+                m = tl.max(gw, axis=1)  # [R]: the group ranked s
+                if KEPT:
+                    slots = slots | (((N_GROUP - 1) - (m & (N_GROUP - 1))) << (4 * s))
+                gw = tl.where(gw == m[:, None], INT32_MIN, gw)
+            kept = gword >= m[:, None]  # the TOPK_GROUP words at or above the last one taken (distinct words)
+        else:
+            above = tl.sum((gword[:, None, :] > gword[:, :, None]).to(tl.int32), axis=2)  # groups ranked above each
+            kept = above < TOPK_GROUP
+            if KEPT:
+                slots = tl.sum(tl.where(kept, g << (4 * above), 0), axis=1)  # [R]: 4-bit field s, the group ranked s
         kept_min = tl.min(tl.where(kept, gscore, float("inf")), axis=1)
         dropped_max = tl.max(tl.where(kept, float("-inf"), gscore), axis=1)
         # Each group score is within n_keys keys' errors of its exact value (a key's error grows with its magnitude,
@@ -159,9 +175,8 @@ def _warp_rows_kernel(
         if KEPT:
             KW: tl.constexpr = TOPK_GROUP * GS
             tl.static_assert(KW == 128 and GS % 4 == 0 and N_GROUP <= 16 and TOPK_GROUP <= 8)
-            # 4-bit field s: the group ranked s. The words' low bits are the compact lane (an arange, so no layout
-            # conversion), which orders equal fast keys by the groups' rank: the margins flag every such row.
-            slots = tl.sum(tl.where(kept, g << (4 * above), 0), axis=1)  # [R]
+            # slots' 4-bit field s: the group ranked s. The words' low bits are the compact lane (an arange, so no
+            # layout conversion), which orders equal fast keys by the groups' rank: the margins flag every such row.
             # [R, KW // LK, LK]: four lanes of a group a thread, on the row's LT // VEC threads
             VEC: tl.constexpr = 128 // logits_ptr.dtype.element_ty.primitive_bitwidth
             LK: tl.constexpr = (LT // VEC) * 4
