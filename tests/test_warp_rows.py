@@ -112,12 +112,14 @@ VARIANT_CONFIGS = {
 
 
 @pytest.mark.parametrize("name", list(VARIANT_CONFIGS))
-def test_fast_path_variants_write_the_same_bits(name, forced, monkeypatch):
-    """The fast path's two forms of 2026-12-07 against the kernel before them, each alone and both, writing the
-    same bits and routing like the reference: the epilogue on a [KE, R] tile of the K winners (WARP_ROWS_NARROW, KE
-    the power of 2 >= K: 1, 4, 8 against the words' 8 or 16) and the kept groups by rounds of a max
-    (WARP_ROWS_GROUP_ROUNDS, where they are at most half the groups: 4 of 8, 2 of 4, 8 of 16; counting for 8 of 8);
-    rows beside them that take _repair or the exact path (tied keys, a NaN, near-tied groups) too."""
+def test_fast_path_variants_route_alike(name, forced, monkeypatch):
+    """The fast path's two forms of 2026-12-07 against the kernel before them, each alone and both, routing like
+    the reference and like each other (the same ids; weights within the tolerance: on a GPU the renormalization's sum
+    over a [KE, R] tile may round an ulp apart from the wider tile's): the epilogue on a [KE, R] tile of the K
+    winners (WARP_ROWS_NARROW, KE the power of 2 >= K: 1, 4, 8 against the words' 8 or 16) and the kept groups by
+    rounds of a max (WARP_ROWS_GROUP_ROUNDS, where they are at most half the groups: 4 of 8, 2 of 4, 8 of 16;
+    counting for 8 of 8); rows beside them that take _repair or the exact path (tied keys, a NaN, near-tied groups)
+    too."""
     config = VARIANT_CONFIGS[name]
     logits = _logits(37, 256, seed=len(name))
     logits[3, 32:40] = logits[3, 32:40].max() + 1  # eight tied winners: _repair orders them by id
@@ -143,7 +145,7 @@ def test_fast_path_variants_write_the_same_bits(name, forced, monkeypatch):
             torch.testing.assert_close(fast.weights, exact.weights, **TOLERANCES["default"])
     for other in outs[1:]:
         torch.testing.assert_close(other.ids, outs[0].ids, rtol=0, atol=0)
-        torch.testing.assert_close(other.weights, outs[0].weights, rtol=0, atol=0)
+        torch.testing.assert_close(other.weights, outs[0].weights, **TOLERANCES["default"])
 
 
 def _kept_by_dtype(logits_dtype, bias_dtype) -> bool:
