@@ -20,8 +20,9 @@ One row, on the fast path (docs/kernel.md, "Rows on warps"):
 1. the fast keys of the router's APPROX_KEYS (sigmoid: ex2 / rcp approx; sqrt-softplus: ex2 / lg2 / sqrt approx)
    + bias, their raw bits (RAW_BITS); a logit that is NaN or +-inf makes its key NaN (x * 0 + x), whose bits top
    every other key's, and sends the row to the exact path;
-2. groups: each group's top (GROUP_MAX) or top-two sum from its keys' bits, the groups kept by counting the groups
-   above each on 32-bit words (score bits, inverted group); KEPT: the kept groups' logits read again into a
+2. groups: each group's top (GROUP_MAX) or top-two sum from its keys' bits, the groups kept on 32-bit words (score
+   bits, inverted group) by TOPK_GROUP rounds of a max where they are at most half the groups (GROUP_ROUNDS), else by
+   counting the groups above each; KEPT: the kept groups' logits read again into a
    [R, 1, 128] tile (slot s holding the group ranked s) and their keys computed again, so the rounds run on 128
    lanes; otherwise the dropped groups' lanes go to INT32_MIN;
 3. distance words below the row's best key, (distance << 8) | inverted lane, and K + 1 + EXTRA rounds of one
@@ -31,7 +32,8 @@ One row, on the fast path (docs/kernel.md, "Rows on warps"):
    of a kept one (four for top-two sums); a first loser below the normal floats. And close rows: two adjacent
    words of the K winners and the first loser closer than two keys' errors (their gap in order bits, the largest
    round step, times an ulp of the lower key), which also catches the K-th winner on the distance clamp.
-Every program then stores its rows (the epilogue: the winners' logits gathered again, scored exactly, renormalised
+Every program then stores its rows (the epilogue, on a [KE, R] tile of the K winners where KE, the power of 2 >= K,
+is below KC (NARROW), else on the words' tile: the winners' logits gathered again, scored exactly, renormalised
 (p = 1), eps added or clamped, scaled by rsf), and reduces its rows' flags across its warps once. A program with close
 rows and no flag (REPAIR) reorders the K + 1 + EXTRA candidates on their exact keys (_repair) and stores the close rows
 again where the bound on the other lanes holds. The rows left (flagged ones, close ones in a program with a flag, close
