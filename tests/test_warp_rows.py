@@ -113,25 +113,29 @@ VARIANT_CONFIGS = {
 
 @pytest.mark.parametrize("name", list(VARIANT_CONFIGS))
 def test_fast_path_variants_route_alike(name, forced, monkeypatch):
-    """The fast path's two forms of 2026-12-07 against the kernel before them, each alone and both, routing like
+    """The fast path's three forms of 2026-12-07 against the kernel before them, each alone and all, routing like
     the reference and like each other (the same ids; weights within the tolerance: on a GPU the renormalization's sum
     over a [KE, R] tile may round an ulp apart from the wider tile's): the epilogue on a [KE, R] tile of the K
     winners (WARP_ROWS_NARROW, KE the power of 2 >= K: 1, 4, 8 against the words' 8 or 16) and the kept groups by
     rounds of a max (WARP_ROWS_GROUP_ROUNDS, where they are at most half the groups: 4 of 8, 2 of 4, 8 of 16;
-    counting for 8 of 8); rows beside them that take _repair or the exact path (tied keys, a NaN, near-tied groups)
-    too."""
+    counting for 8 of 8), the words past the first loser found only where _repair runs (WARP_ROWS_LAZY_EXTRA); rows
+    beside them that take _repair (tied winners) or the exact path (tied keys, a NaN, near-tied groups) too."""
     config = VARIANT_CONFIGS[name]
     logits = _logits(37, 256, seed=len(name))
     logits[3, 32:40] = logits[3, 32:40].max() + 1  # eight tied winners: _repair orders them by id
     logits[9, ::16] = 9.0  # sixteen tied keys, across groups: more than _repair's candidates, the exact path
     logits[20, 5] = float("nan")  # a NaN logit: the exact path
     outs = []
-    for narrow, rounds in ((False, False), (True, False), (False, True), (True, True)):
+    for narrow, rounds, lazy in ((False, False, False), (True, False, False), (False, True, False),
+                                 (False, False, True), (True, True, True)):
         monkeypatch.setattr(kr, "WARP_ROWS_NARROW", narrow)
         monkeypatch.setattr(kr, "WARP_ROWS_GROUP_ROUNDS", rounds)
+        monkeypatch.setattr(kr, "WARP_ROWS_LAZY_EXTRA", lazy)
         forced.clear()
         outs.append(run_both(logits, config, bias=torch.zeros(256, device=DEVICE))[0])
-        assert "R" in forced[0] and (forced[0]["NARROW"], forced[0]["GROUP_ROUNDS"]) == (narrow, rounds)
+        launch = forced[0]
+        assert "R" in launch and (launch["NARROW"], launch["GROUP_ROUNDS"], launch["LAZY_EXTRA"]) == (narrow, rounds,
+                                                                                                      lazy)
         if config.n_group == 8 and config.topk_group == 4:
             # near-tied 4th and 5th groups: every program on the exact path (the group margin's flag), and the fast
             # launch against a forced exact one (the reference's exp differs on the CPU)

@@ -367,6 +367,10 @@ WARP_ROWS_NARROW = True
 # WARP_ROWS_GROUP_ROUNDS: the kept groups by TOPK_GROUP rounds of a max over the group words where they are at most
 # half the groups (DeepSeek-V3: 4 of 8), not by counting the groups above each (2026-12-07).
 WARP_ROWS_GROUP_ROUNDS = True
+# WARP_ROWS_LAZY_EXTRA: the WARP_ROWS_EXTRA words past the first loser (_repair's bound and candidates only) found in
+# _repair's branch, not on the fast path: sm_90 SASS of the fast path 2-4% shorter (DeepSeek-V3, DeepSeek-V4; no local
+# memory), counted offline on 2026-12-07 and not yet timed, so off until a GPU has (the bench's rows-a-warp-lazy-extra).
+WARP_ROWS_LAZY_EXTRA = False
 warp_rows_override: bool | None = None
 
 
@@ -866,6 +870,7 @@ def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float
         KEPT=kept, BIAS_BY_OFFSET=bias_offset is not None, REPAIR=WARP_ROWS_REPAIR,
         EXTRA=min(WARP_ROWS_EXTRA, words - 1 - spec.K),  # at most `words` words
         FORCE_EXACT=force_exact_override, NARROW=WARP_ROWS_NARROW, GROUP_ROUNDS=WARP_ROWS_GROUP_ROUNDS,
+        LAZY_EXTRA=WARP_ROWS_LAZY_EXTRA,
         COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(), num_warps=rows * threads // 32, **extra,
     )
 

@@ -112,6 +112,7 @@ def _warp_rows_kernel(
     FORCE_EXACT: tl.constexpr,  # every program takes the exact path (tests)
     NARROW: tl.constexpr,  # the epilogue on [KE, R] tiles of the K winners where KE < KC (else on the [KC, R] words)
     GROUP_ROUNDS: tl.constexpr,  # the kept groups by TOPK_GROUP rounds of a max where 2 * TOPK_GROUP <= N_GROUP
+    LAZY_EXTRA: tl.constexpr,  # the EXTRA words past the first loser found only where _repair runs
     COUNT_FALLBACKS: tl.constexpr,
     ACCURATE: tl.constexpr,
 ):
@@ -226,7 +227,11 @@ def _warp_rows_kernel(
     widest = tl.full(top.shape, INT32_MIN, tl.int32)  # the largest step: minus the closest two adjacent words
     C: tl.constexpr = K + 1 + EXTRA  # words found: the K winners, the first loser, EXTRA more (_repair's candidates)
     tl.static_assert(C <= KC)
-    for i in tl.static_range(1, C):
+    # LAZY_EXTRA: the EXTRA words past the first loser (only _repair's candidates) found in _repair's branch, which
+    # few programs take, not on the fast path (sm_90 SASS of the fast path, a warp of four rows: DeepSeek-V3 fp32
+    # 1181 -> 1160, bf16 1175 -> 1152, DeepSeek-V4 1267 -> 1215; no local memory).
+    C_FAST: tl.constexpr = K + 1 if LAZY_EXTRA else C
+    for i in tl.static_range(1, C_FAST):
         step = _row_max((word - cur[:, None, None]).to(tl.uint32, bitcast=True)).to(tl.int32, bitcast=True)
         cur = cur + step  # the next word down (the unsigned max of word - cur: the smallest distance below)
         wk = tl.where(kc == i, cur[None, :], wk)
@@ -269,6 +274,10 @@ def _warp_rows_kernel(
     if state == 1:
         if COUNT_FALLBACKS:
             tl.atomic_add(stats_ptr + 1, 1)
+        for i in tl.static_range(C_FAST, C):  # LAZY_EXTRA: the EXTRA words past the first loser
+            step = _row_max((word - cur[:, None, None]).to(tl.uint32, bitcast=True)).to(tl.int32, bitcast=True)
+            cur = cur + step
+            wk = tl.where(kc == i, cur[None, :], wk)
         bound = _repair_bound(base, cur, bias_mag, LANE_BITS, SCORING, N_GROUP > 1 and not KEPT)
         ids = _ids_of(wk, slots, LANE_BITS, KEPT, GROUP_SIZE)  # [KC, R]: the C candidates
         r_ids, r_ok = _repair(ids, kc, bound, row_ptr, bias_ptr, K, C, SCORING, ACCURATE)
