@@ -76,6 +76,13 @@ def _row_max(v):
 
 
 @triton.jit
+def _step_below(word, cur):
+    """[R, NC, LT] words, [R] current words -> [R]: the distance (negative) to each row's next word down, the unsigned
+    max of word - cur (words at or above cur give small values, the closest one below the largest)."""
+    return _row_max((word - cur[:, None, None]).to(tl.uint32, bitcast=True)).to(tl.int32, bitcast=True)
+
+
+@triton.jit
 def _fast_keys(x, b, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
     """Step 3 on fast keys: NaN where x is NaN or +-inf (see the module docstring)."""
     xn = _nan_unless_finite(x, ACCURATE)
@@ -232,8 +239,8 @@ def _warp_rows_kernel(
     # 1181 -> 1160, bf16 1175 -> 1152, DeepSeek-V4 1267 -> 1215; no local memory).
     C_FAST: tl.constexpr = K + 1 if LAZY_EXTRA else C
     for i in tl.static_range(1, C_FAST):
-        step = _row_max((word - cur[:, None, None]).to(tl.uint32, bitcast=True)).to(tl.int32, bitcast=True)
-        cur = cur + step  # the next word down (the unsigned max of word - cur: the smallest distance below)
+        step = _step_below(word, cur)
+        cur = cur + step
         wk = tl.where(kc == i, cur[None, :], wk)
         if KE < KC and i < K:
             we = tl.where(ke == i, cur[None, :], we)
@@ -250,7 +257,7 @@ def _warp_rows_kernel(
     flag = flag | (n_bits < 0x00800000)
     close = gap * ulp <= 2.0 * err  # [R]: rows _repair reorders on exact keys
     if not KEPT:
-        slots = rows  # unused
+        slots = rows  # _ids_of reads slots only for KEPT
     if KE < KC:
         ids_e = _ids_of(we, slots, LANE_BITS, KEPT, GROUP_SIZE)
     else:
@@ -275,8 +282,7 @@ def _warp_rows_kernel(
         if COUNT_FALLBACKS:
             tl.atomic_add(stats_ptr + 1, 1)
         for i in tl.static_range(C_FAST, C):  # LAZY_EXTRA: the EXTRA words past the first loser
-            step = _row_max((word - cur[:, None, None]).to(tl.uint32, bitcast=True)).to(tl.int32, bitcast=True)
-            cur = cur + step
+            cur = cur + _step_below(word, cur)
             wk = tl.where(kc == i, cur[None, :], wk)
         bound = _repair_bound(base, cur, bias_mag, LANE_BITS, SCORING, N_GROUP > 1 and not KEPT)
         ids = _ids_of(wk, slots, LANE_BITS, KEPT, GROUP_SIZE)  # [KC, R]: the C candidates
