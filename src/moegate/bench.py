@@ -729,9 +729,9 @@ AB_VARIANTS["rows-a-warp-wide-epilogue"] = {"warp_rows_override": True, "WARP_RO
 AB_VARIANTS["rows-a-warp-group-count"] = {"warp_rows_override": True, "WARP_ROWS_GROUP_ROUNDS": False}
 # ... both of 2026-12-07's fast-path changes off (the kernel of 9f7707a)
 AB_VARIANTS["rows-a-warp-9f7707a"] = {"warp_rows_override": True, "WARP_ROWS_GROUP_ROUNDS": False,
-                                      "WARP_ROWS_NARROW": False}
-# ... the words past the first loser found only where _repair runs (WARP_ROWS_LAZY_EXTRA on; off by default, untimed)
-AB_VARIANTS["rows-a-warp-lazy-extra"] = {"warp_rows_override": True, "WARP_ROWS_LAZY_EXTRA": True}
+                                      "WARP_ROWS_NARROW": False, "WARP_ROWS_LAZY_EXTRA": False}
+# ... the words past the first loser found on the fast path too, not only where _repair runs (WARP_ROWS_LAZY_EXTRA off)
+AB_VARIANTS["rows-a-warp-eager-extra"] = {"warp_rows_override": True, "WARP_ROWS_LAZY_EXTRA": False}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}
 AB_VARIANTS["rows-a-warp-extra0"] = {"warp_rows_override": True, "WARP_ROWS_EXTRA": 0}
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one

@@ -369,8 +369,8 @@ WARP_ROWS_NARROW = True
 WARP_ROWS_GROUP_ROUNDS = True
 # WARP_ROWS_LAZY_EXTRA: the WARP_ROWS_EXTRA words past the first loser (_repair's bound and candidates only) found in
 # _repair's branch, not on the fast path: sm_90 SASS of the fast path 2-4% shorter (DeepSeek-V3, DeepSeek-V4; no local
-# memory), counted offline on 2026-12-07 and not yet timed, so off until a GPU has (the bench's rows-a-warp-lazy-extra).
-WARP_ROWS_LAZY_EXTRA = False
+# memory); H100 run 182: 0.6-2.9% faster at T = 32768-65536 (the bench's rows-a-warp-eager-extra turns it off).
+WARP_ROWS_LAZY_EXTRA = True
 warp_rows_override: bool | None = None
 
 
