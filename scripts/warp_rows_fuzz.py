@@ -8,9 +8,9 @@ bias, E a power of 2 and a multiple of a chunk, no extras: kernels/warp_rows_ker
 {128, 256, 512}, the scoring, groups (top2_sum or max, any topk_group), K up to 31, renormalisation (eps added or
 clamped), the scale in the weights or on the output, fp32 / bf16 / fp16 logits (a third of them rounded to quarters:
 ties), biases of either sign and dtype, and NaN, -inf, +inf and extreme logits; it routes with warp_rows_override on
-(_repair drawn on or off, with K + 1 or K + 2 candidates, a row on 8, 16 or 32 threads, the exact path a row at a
-time or a program's rows at once, a bias of another dtype than the logits' on the kept lanes or the whole row; some
-rows' best logit repeated an ulp away: close keys) and checks every row against the reference: ids equal and weights
+(_repair drawn on or off, with K + 1 or K + 2 candidates, a row on 8, 16 or 32 threads, a bias of another dtype than
+the logits' on the kept lanes or the whole row, the fast path's forms of 2026-12-07 each on or off; some rows' best
+logit repeated an ulp away: close keys) and checks every row against the reference: ids equal and weights
 within 1e-6 relative (+ 1e-7), and on rows with a +inf logit (outside the contract's domain) K distinct valid ids. The
 exit status is the number of failing cases (capped at 100).
 """
