@@ -174,6 +174,33 @@ def test_half_logits_and_biases(logits_dtype, bias_dtype, forced):
         assert forced[0]["BIAS_BY_OFFSET"] is (forced[0]["KEPT"] and logits_dtype == bias_dtype)
 
 
+@pytest.mark.parametrize("logits_dtype,bias_dtype", [
+    (torch.bfloat16, torch.float32), (torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32),
+    (torch.float16, torch.float16),
+])
+@pytest.mark.parametrize("name", ["deepseek-v3", "sigmoid-top3"])
+def test_asm_forms_route_bit_for_bit_alike(name, logits_dtype, bias_dtype, forced, monkeypatch):
+    """WARP_ROWS_ASM (bf16 widened a 32-bit pair at a time, the kept lanes' distance words by one mad.lo) changes no
+    bit of the outputs: both forms compute the same values. On the CPU the interpreter runs the plain forms either
+    way (the flag still reaches the launch); on a GPU this compares the PTX forms against the compiler's, with rows
+    beside them on _repair (tied winners) and on the exact path (a NaN)."""
+    config = VARIANT_CONFIGS[name]
+    for T in (37, 200):
+        logits = _logits(T, 256, seed=T).float()
+        logits[3, 32:40] = logits[3, 32:40].max() + 1  # eight tied winners: _repair orders them by id
+        logits[20, 5] = float("nan")  # a NaN logit: the exact path
+        logits = logits.to(logits_dtype)
+        bias = _bias(256, bias_dtype, seed=T)
+        outs = []
+        for asm in (False, True):
+            monkeypatch.setattr(kr, "WARP_ROWS_ASM", asm)
+            forced.clear()
+            outs.append(run_both(logits, config, bias=bias)[0])
+            assert "R" in forced[0] and forced[0]["ASM_FORMS"] is asm
+        torch.testing.assert_close(outs[1].ids, outs[0].ids, rtol=0, atol=0)
+        torch.testing.assert_close(outs[1].weights, outs[0].weights, rtol=0, atol=0)
+
+
 def _edge_rows(E, scoring, group_size=0, group_max=False):
     """Rows the fast path must send to the exact path or to _repair (which route them like the reference), one a
     program at R = 2 beside a plain row: (logits, {row: why} of the exact path, {row: why} of _repair). Bias -0.5

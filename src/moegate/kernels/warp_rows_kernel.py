@@ -83,6 +83,32 @@ def _step_below(word, cur):
 
 
 @triton.jit
+def _widen(x, ASM: tl.constexpr):
+    """Logits -> fp32. ASM (on the GPU, bf16): a 32-bit pair's two lanes by a shift and an and (the lower lane in the
+    low half), where the compiler spends a PRMT and an IMAD on the upper one."""
+    if ASM and x.dtype == tl.bfloat16:
+        return tl.inline_asm_elementwise("{ shl.b32 $0, $2, 16; and.b32 $1, $2, 0xFFFF0000; }", "=r,=r,r", [x],
+                                         dtype=tl.int32, is_pure=True, pack=2).to(tl.float32, bitcast=True)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _distance_words(hi, base, inv, LANE_BITS: tl.constexpr, ASM: tl.constexpr):
+    """[R, NC, LT] key bits, [R] bases, inverted lanes -> (max(hi, base) - base) << LANE_BITS | inv. ASM (on the GPU):
+    max(hi, base) * 2**LANE_BITS - base * 2**LANE_BITS by one mad.lo a lane, where the compiler subtracts first: the
+    same bits modulo 2**32 (the distance is below 2**(31 - LANE_BITS))."""
+    m = tl.maximum(hi, base[:, None, None])
+    if ASM:
+        nb = -(base << LANE_BITS)
+        d = tl.inline_asm_elementwise("mad.lo.s32 $0, $1, $3, $2;", "=r,r,r,r",
+                                      [m, nb[:, None, None], tl.full(hi.shape, 1 << LANE_BITS, tl.int32)],
+                                      dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        d = (m - base[:, None, None]) << LANE_BITS
+    return d | inv
+
+
+@triton.jit
 def _fast_keys(x, b, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
     """Step 3 on fast keys: NaN where x is NaN or +-inf (see the module docstring)."""
     xn = _nan_unless_finite(x, ACCURATE)
@@ -120,6 +146,7 @@ def _warp_rows_kernel(
     NARROW: tl.constexpr,  # the epilogue on [KE, R] tiles of the K winners where KE < KC (else on the [KC, R] words)
     GROUP_ROUNDS: tl.constexpr,  # the kept groups by TOPK_GROUP rounds of a max where 2 * TOPK_GROUP <= N_GROUP
     LAZY_EXTRA: tl.constexpr,  # the EXTRA words past the first loser found only where _repair runs
+    ASM_FORMS: tl.constexpr,  # on the GPU: bf16 widened by a shift / an and a pair, KEPT's words by one mad.lo a lane
     COUNT_FALLBACKS: tl.constexpr,
     ACCURATE: tl.constexpr,
 ):
@@ -133,7 +160,11 @@ def _warp_rows_kernel(
     rows64 = tl.minimum(rows, num_tokens - 1).to(tl.int64)
     row_ptr = logits_ptr + rows64 * logits_row_stride  # [R]
     lane3 = tl.arange(0, NC)[None, :, None] * LT + tl.arange(0, LT)[None, None, :] + (rows * 0)[:, None, None]
-    x = tl.load(row_ptr[:, None, None] + lane3).to(tl.float32)  # [R, NC, LT]
+    # ASM_FORMS: two PTX forms that the compiler does not find (sm_90 SASS of the fast path, a warp of four rows,
+    # DeepSeek-V3 bf16 1152 -> 1113, fp32 1160 -> 1145); the words' mad only on the kept lanes (KEPT): on the whole
+    # row (DeepSeek-V4: 1215 -> 1186) ptxas spills a register at the 64-register cap.
+    ASM: tl.constexpr = ASM_FORMS and ACCURATE
+    x = _widen(tl.load(row_ptr[:, None, None] + lane3), ASM)  # [R, NC, LT]
     b = tl.load(bias_ptr + lane3).to(tl.float32)
     key = _fast_keys(x, b, SCORING, ACCURATE)
     # The largest |bias| bounds a sqrt-softplus score by its key (_key_err): a max of the bits (|b| >= +0.0 orders as
@@ -196,7 +227,7 @@ def _warp_rows_kernel(
             lane_k = ((slots[:, None, None] >> ((c >> GS_BITS) << 2)) & 15) * GS + (c & (GS - 1))
             lane_k = tl.max_contiguous(tl.multiple_of(lane_k, [1, 1, 4]), [1, 1, 4])  # four lanes of a group a thread
             pk = row_ptr[:, None, None] + lane_k
-            xk = tl.load(pk).to(tl.float32)
+            xk = _widen(tl.load(pk), ASM)
             # The bias by the logits' pointers moved by bias_ptr - row_ptr (elements of the logits' dtype, which the
             # bias shares then; a multiple of 4): from bias_ptr + lane_k, Triton rebuilt those pointers in the group
             # views' layout and converted them on 32 threads a row (a barrier and ~80 instructions a row).
@@ -219,7 +250,7 @@ def _warp_rows_kernel(
     DSPAN: tl.constexpr = (1 << (31 - LANE_BITS)) - 1
     base = tl.maximum(best.to(tl.int64) - DSPAN, INT32_MIN).to(tl.int32)
     flag = flag | (base < 0)  # below a negative base, negative keys' raw bits would not clamp to distance 0
-    word = ((tl.maximum(hi, base[:, None, None]) - base[:, None, None]) << LANE_BITS) | inv
+    word = _distance_words(hi, base, inv, LANE_BITS, ASM and KEPT)
     top = _row_max(word)
     kc = tl.arange(0, KC)[:, None] + (rows * 0)[None, :]  # [KC, R]: a word a thread
     wk = tl.where(kc == 0, top[None, :], 0)
