@@ -175,15 +175,16 @@ def test_half_logits_and_biases(logits_dtype, bias_dtype, forced):
 
 
 @pytest.mark.parametrize("logits_dtype,bias_dtype", [
-    (torch.bfloat16, torch.float32), (torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32),
-    (torch.float16, torch.float16),
+    (torch.bfloat16, torch.float32), (torch.float16, torch.float32), (torch.float32, torch.bfloat16),
+    (torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32),
 ])
 @pytest.mark.parametrize("name", ["deepseek-v3", "sigmoid-top3"])
-def test_asm_forms_route_bit_for_bit_alike(name, logits_dtype, bias_dtype, forced, monkeypatch):
-    """WARP_ROWS_ASM (bf16 widened a 32-bit pair at a time, the kept lanes' distance words by one mad.lo) changes no
-    bit of the outputs: both forms compute the same values. On the CPU the interpreter runs the plain forms either
-    way (the flag still reaches the launch); on a GPU this compares the PTX forms against the compiler's, with rows
-    beside them on _repair (tied winners) and on the exact path (a NaN)."""
+def test_lean_forms_route_bit_for_bit_alike(name, logits_dtype, bias_dtype, forced, monkeypatch):
+    """WARP_ROWS_LEAN (bf16 widened a 32-bit pair at a time, the kept lanes' distance words by one mad.lo, their
+    wider bias addressed from the logits' pointers) changes no bit of the outputs: both forms compute the same values.
+    The interpreter runs the bias's addresses but the plain forms of the other two (the flag still reaches the
+    launch); on a GPU this compares the PTX forms against the compiler's, with rows beside them on _repair (tied
+    winners) and on the exact path (a NaN)."""
     config = VARIANT_CONFIGS[name]
     for T in (37, 200):
         logits = _logits(T, 256, seed=T).float()
@@ -192,11 +193,11 @@ def test_asm_forms_route_bit_for_bit_alike(name, logits_dtype, bias_dtype, force
         logits = logits.to(logits_dtype)
         bias = _bias(256, bias_dtype, seed=T)
         outs = []
-        for asm in (False, True):
-            monkeypatch.setattr(kr, "WARP_ROWS_ASM", asm)
+        for lean in (False, True):
+            monkeypatch.setattr(kr, "WARP_ROWS_LEAN", lean)
             forced.clear()
             outs.append(run_both(logits, config, bias=bias)[0])
-            assert "R" in forced[0] and forced[0]["ASM_FORMS"] is asm
+            assert "R" in forced[0] and forced[0]["LEAN"] is lean
         torch.testing.assert_close(outs[1].ids, outs[0].ids, rtol=0, atol=0)
         torch.testing.assert_close(outs[1].weights, outs[0].weights, rtol=0, atol=0)
 

@@ -732,8 +732,9 @@ AB_VARIANTS["rows-a-warp-9f7707a"] = {"warp_rows_override": True, "WARP_ROWS_GRO
                                       "WARP_ROWS_NARROW": False, "WARP_ROWS_LAZY_EXTRA": False}
 # ... the words past the first loser found on the fast path too, not only where _repair runs (WARP_ROWS_LAZY_EXTRA off)
 AB_VARIANTS["rows-a-warp-eager-extra"] = {"warp_rows_override": True, "WARP_ROWS_LAZY_EXTRA": False}
-# ... bf16 widened a pair at a time and the kept lanes' words by one mad.lo (WARP_ROWS_ASM on; off by default, untimed)
-AB_VARIANTS["rows-a-warp-asm"] = {"warp_rows_override": True, "WARP_ROWS_ASM": True}
+# ... bf16 widened a pair at a time, the kept lanes' words by one mad.lo and their wider bias addressed from the
+# logits' pointers (WARP_ROWS_LEAN on; off by default, untimed)
+AB_VARIANTS["rows-a-warp-lean"] = {"warp_rows_override": True, "WARP_ROWS_LEAN": True}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}
 AB_VARIANTS["rows-a-warp-extra0"] = {"warp_rows_override": True, "WARP_ROWS_EXTRA": 0}
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one

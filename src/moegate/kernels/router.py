@@ -371,12 +371,13 @@ WARP_ROWS_GROUP_ROUNDS = True
 # _repair's branch, not on the fast path: sm_90 SASS of the fast path 2-4% shorter (DeepSeek-V3, DeepSeek-V4; no local
 # memory); H100 run 182: 0.6-2.9% faster at T = 32768-65536 (the bench's rows-a-warp-eager-extra turns it off).
 WARP_ROWS_LAZY_EXTRA = True
-# WARP_ROWS_ASM: two PTX forms the compiler does not find on its own (GPU only; the interpreter runs the plain ones):
-# bf16 logits widened a 32-bit pair at a time by a shift and an and, and the kept lanes' distance words by one mad.lo
-# a lane: sm_90 SASS of the fast path 1-3% shorter (DeepSeek-V3 bf16 1152 -> 1113 a warp of four rows, fp32 1160 ->
-# 1145), counted offline on 2026-12-07 with no GPU left to run them: off until a GPU has checked and timed them (the
-# bench's rows-a-warp-asm; the GPU tests' variants test runs them).
-WARP_ROWS_ASM = False
+# WARP_ROWS_LEAN: three forms the compiler does not find on its own: bf16 logits widened a 32-bit pair at a time by a
+# shift and an and, the kept lanes' distance words by one mad.lo a lane (both PTX, GPU only: the interpreter runs the
+# plain forms), and the kept lanes' bias of a wider dtype (DeepSeek-V3's fp32 beside bf16 logits) addressed from the
+# logits' pointers: sm_90 SASS of the fast path DeepSeek-V3 bf16 1152 -> 1069 a warp of four rows (-7%), fp32 1160 ->
+# 1145, counted offline on 2026-12-07 with no GPU time left: off until a GPU has checked and timed it (the bench's
+# rows-a-warp-lean; test_lean_forms_route_bit_for_bit_alike on a GPU checks the PTX forms).
+WARP_ROWS_LEAN = False
 warp_rows_override: bool | None = None
 
 
@@ -876,7 +877,7 @@ def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float
         KEPT=kept, BIAS_BY_OFFSET=bias_offset is not None, REPAIR=WARP_ROWS_REPAIR,
         EXTRA=min(WARP_ROWS_EXTRA, words - 1 - spec.K),  # at most `words` words
         FORCE_EXACT=force_exact_override, NARROW=WARP_ROWS_NARROW, GROUP_ROUNDS=WARP_ROWS_GROUP_ROUNDS,
-        LAZY_EXTRA=WARP_ROWS_LAZY_EXTRA, ASM_FORMS=WARP_ROWS_ASM,
+        LAZY_EXTRA=WARP_ROWS_LAZY_EXTRA, LEAN=WARP_ROWS_LEAN,
         COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(), num_warps=rows * threads // 32, **extra,
     )
 

@@ -146,7 +146,7 @@ def _warp_rows_kernel(
     NARROW: tl.constexpr,  # the epilogue on [KE, R] tiles of the K winners where KE < KC (else on the [KC, R] words)
     GROUP_ROUNDS: tl.constexpr,  # the kept groups by TOPK_GROUP rounds of a max where 2 * TOPK_GROUP <= N_GROUP
     LAZY_EXTRA: tl.constexpr,  # the EXTRA words past the first loser found only where _repair runs
-    ASM_FORMS: tl.constexpr,  # on the GPU: bf16 widened by a shift / an and a pair, KEPT's words by one mad.lo a lane
+    LEAN: tl.constexpr,  # forms the compiler does not find: bf16 widening, KEPT's words and wider bias (see below)
     COUNT_FALLBACKS: tl.constexpr,
     ACCURATE: tl.constexpr,
 ):
@@ -160,10 +160,14 @@ def _warp_rows_kernel(
     rows64 = tl.minimum(rows, num_tokens - 1).to(tl.int64)
     row_ptr = logits_ptr + rows64 * logits_row_stride  # [R]
     lane3 = tl.arange(0, NC)[None, :, None] * LT + tl.arange(0, LT)[None, None, :] + (rows * 0)[:, None, None]
-    # ASM_FORMS: two PTX forms that the compiler does not find (sm_90 SASS of the fast path, a warp of four rows,
-    # DeepSeek-V3 bf16 1152 -> 1113, fp32 1160 -> 1145); the words' mad only on the kept lanes (KEPT): on the whole
-    # row (DeepSeek-V4: 1215 -> 1186) ptxas spills a register at the 64-register cap.
-    ASM: tl.constexpr = ASM_FORMS and ACCURATE
+    # LEAN: three forms that the compiler does not find on its own, two in PTX (GPU only): bf16 widened a pair at a
+    # time (_widen), the kept lanes' distance words by one mad.lo (_distance_words: on the whole row, DeepSeek-V4
+    # 1215 -> 1186, ptxas spills a register at the 64-register cap, so KEPT only), and the kept lanes' bias of a wider
+    # dtype addressed from the logits' pointers (below). sm_90 SASS of the fast path, a warp of four rows:
+    # DeepSeek-V3 bf16 1152 -> 1069, fp32 1160 -> 1145.
+    ASM: tl.constexpr = LEAN and ACCURATE
+    ESZ: tl.constexpr = logits_ptr.dtype.element_ty.primitive_bitwidth // 8
+    BSZ: tl.constexpr = bias_ptr.dtype.element_ty.primitive_bitwidth // 8
     x = _widen(tl.load(row_ptr[:, None, None] + lane3), ASM)  # [R, NC, LT]
     b = tl.load(bias_ptr + lane3).to(tl.float32)
     key = _fast_keys(x, b, SCORING, ACCURATE)
@@ -236,8 +240,16 @@ def _warp_rows_kernel(
                 bk = tl.load(pk + boff[:, None, None]).to(tl.float32)
             else:
                 # A bias of another dtype (an fp32 bias beside 16-bit logits): on 8 threads a row Triton keeps these
-                # pointers in the logits' layout too (16-byte loads, no barrier; 32 threads: converted, +100 a row).
-                bk = tl.load(bias_ptr + lane_k).to(tl.float32)
+                # pointers in the logits' layout too (16-byte loads, no barrier; 32 threads: converted, +100 a row),
+                # but builds them in the first pass's layout and converts them (8 SHFL.IDX and ~35 instructions a
+                # warp). LEAN, a bias at least as wide as the logits: its addresses from the logits' (pk), whose
+                # lanes Triton already holds in the loads' layout (8 instructions a warp, no shuffle).
+                if LEAN and BSZ % ESZ == 0:
+                    q = ((pk.to(tl.int64) - row_ptr.to(tl.int64)[:, None, None]) * (BSZ // ESZ)
+                         + bias_ptr.to(tl.int64)).to(bias_ptr.dtype)
+                    bk = tl.load(tl.max_contiguous(tl.multiple_of(q, [1, 1, 16]), [1, 1, 4])).to(tl.float32)
+                else:
+                    bk = tl.load(bias_ptr + lane_k).to(tl.float32)
             hi = _fast_keys(xk, bk, SCORING, ACCURATE).to(tl.int32, bitcast=True)
             inv = (KW - 1) - c
         else:
