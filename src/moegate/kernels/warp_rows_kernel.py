@@ -25,8 +25,9 @@ One row, on the fast path (docs/kernel.md, "Rows on warps"):
    counting the groups above each; KEPT: the kept groups' logits read again into a
    [R, 1, 128] tile (slot s holding the group ranked s) and their keys computed again, so the rounds run on 128
    lanes; otherwise the dropped groups' lanes go to INT32_MIN;
-3. distance words below the row's best key, (distance << 8) | inverted lane, and K + 1 + EXTRA rounds of one
-   unsigned max (the router's rounds): the K winners, the first loser and EXTRA more words (_repair's candidates);
+3. distance words below the row's best key, (distance << 8) | inverted lane, and K + 1 rounds of one unsigned max
+   (the router's rounds): the K winners and the first loser; the EXTRA more words that _repair also takes as
+   candidates are found in its branch (LAZY_EXTRA; else here, K + 1 + EXTRA rounds);
 4. checks that send the row to the exact path: a NaN key; a group's second (or, for GROUP_MAX, top) key below +0.0
    or the words' base below 0 (raw bits order only keys >= +0.0); a dropped group's score within two keys' errors
    of a kept one (four for top-two sums); a first loser below the normal floats. And close rows: two adjacent
