@@ -181,15 +181,20 @@ def test_half_logits_and_biases(logits_dtype, bias_dtype, forced):
 @pytest.mark.parametrize("name", ["deepseek-v3", "sigmoid-top3"])
 def test_lean_forms_route_bit_for_bit_alike(name, logits_dtype, bias_dtype, forced, monkeypatch):
     """WARP_ROWS_LEAN (bf16 widened a 32-bit pair at a time, the kept lanes' distance words by one mad.lo, their
-    wider bias addressed from the logits' pointers) changes no bit of the outputs: both forms compute the same values.
-    The interpreter runs the bias's addresses but the plain forms of the other two (the flag still reaches the
-    launch); on a GPU this compares the PTX forms against the compiler's, with rows beside them on _repair (tied
-    winners) and on the exact path (a NaN)."""
+    wider bias addressed from the logits' pointers, their keys without the finite check where the first pass flags
+    the row) changes no bit of the outputs: both forms compute the same values. The interpreter runs the bias's
+    addresses and the flags but the plain forms of the other two (the flag still reaches the launch); on a GPU this
+    compares the PTX forms against the compiler's, with rows beside them on _repair (tied winners) and on the exact
+    path (a NaN, -inf and +inf logits, in a group that would be kept and in one that would not). Each row with a
+    NaN or an infinity is redone on the exact path either way."""
     config = VARIANT_CONFIGS[name]
     for T in (37, 200):
         logits = _logits(T, 256, seed=T).float()
         logits[3, 32:40] = logits[3, 32:40].max() + 1  # eight tied winners: _repair orders them by id
         logits[20, 5] = float("nan")  # a NaN logit: the exact path
+        logits[24, logits[24].argmax()] = float("-inf")  # the best lane's logit -inf: its group would be kept
+        logits[28, logits[28].argmin()] = float("-inf")  # the worst lane's: its group would be dropped
+        logits[32, 100] = float("inf")
         logits = logits.to(logits_dtype)
         bias = _bias(256, bias_dtype, seed=T)
         outs = []
@@ -198,6 +203,9 @@ def test_lean_forms_route_bit_for_bit_alike(name, logits_dtype, bias_dtype, forc
             forced.clear()
             outs.append(run_both(logits, config, bias=bias)[0])
             assert "R" in forced[0] and forced[0]["LEAN"] is lean
+            for r in (20, 24, 28, 32):  # each alone in a launch: its program redoes it
+                _, (redone, _r, programs) = _counted(logits[r:r + 1], config, bias=bias)
+                assert (redone, programs) == (1, 1), (r, lean)
         torch.testing.assert_close(outs[1].ids, outs[0].ids, rtol=0, atol=0)
         torch.testing.assert_close(outs[1].weights, outs[0].weights, rtol=0, atol=0)
 

@@ -110,9 +110,10 @@ def _distance_words(hi, base, inv, LANE_BITS: tl.constexpr, ASM: tl.constexpr):
 
 
 @triton.jit
-def _fast_keys(x, b, SCORING: tl.constexpr, ACCURATE: tl.constexpr):
-    """Step 3 on fast keys: NaN where x is NaN or +-inf (see the module docstring)."""
-    xn = _nan_unless_finite(x, ACCURATE)
+def _fast_keys(x, b, SCORING: tl.constexpr, ACCURATE: tl.constexpr, FINITE: tl.constexpr = False):
+    """Step 3 on fast keys: NaN where x is NaN or +-inf (see the module docstring); FINITE (the caller knows the row
+    to be finite or flagged already): NaN only where x is NaN."""
+    xn = x if FINITE else _nan_unless_finite(x, ACCURATE)
     if SCORING == 1:
         key = _sigmoid_fast(xn, ACCURATE)
     else:
@@ -161,11 +162,11 @@ def _warp_rows_kernel(
     rows64 = tl.minimum(rows, num_tokens - 1).to(tl.int64)
     row_ptr = logits_ptr + rows64 * logits_row_stride  # [R]
     lane3 = tl.arange(0, NC)[None, :, None] * LT + tl.arange(0, LT)[None, None, :] + (rows * 0)[:, None, None]
-    # LEAN: three forms that the compiler does not find on its own, two in PTX (GPU only): bf16 widened a pair at a
-    # time (_widen), the kept lanes' distance words by one mad.lo (_distance_words: on the whole row, DeepSeek-V4
-    # 1215 -> 1186, ptxas spills a register at the 64-register cap, so KEPT only), and the kept lanes' bias of a wider
-    # dtype addressed from the logits' pointers (below). sm_90 SASS of the fast path, a warp of four rows:
-    # DeepSeek-V3 bf16 1152 -> 1069, fp32 1160 -> 1145.
+    # LEAN: forms that the compiler does not find on its own, two in PTX (GPU only): bf16 widened a pair at a time
+    # (_widen), the kept lanes' distance words by one mad.lo (_distance_words: on the whole row, DeepSeek-V4 1215 ->
+    # 1186, ptxas spills a register at the 64-register cap, so KEPT only); the kept lanes' bias of a wider dtype
+    # addressed from the logits' pointers, and their keys without the finite check (the first pass flags the row).
+    # sm_90 SASS of the fast path, a warp of four rows: DeepSeek-V3 bf16 1152 -> 1059, fp32 1160 -> 1132.
     ASM: tl.constexpr = LEAN and ACCURATE
     ESZ: tl.constexpr = logits_ptr.dtype.element_ty.primitive_bitwidth // 8
     BSZ: tl.constexpr = bias_ptr.dtype.element_ty.primitive_bitwidth // 8
@@ -202,6 +203,8 @@ def _warp_rows_kernel(
             slots = tl.zeros(rows.shape, tl.int32)
             for s in tl.static_range(TOPK_GROUP):
                 m = tl.max(gw, axis=1)  # [R]: the group ranked s
+                if s == 0:
+                    top_gword = m
                 if KEPT:
                     slots = slots | (((N_GROUP - 1) - (m & (N_GROUP - 1))) << (4 * s))
                 gw = tl.where(gw == m[:, None], INT32_MIN, gw)
@@ -211,6 +214,8 @@ def _warp_rows_kernel(
             kept = above < TOPK_GROUP
             if KEPT:
                 slots = tl.sum(tl.where(kept, g << (4 * above), 0), axis=1)  # [R]: 4-bit field s, the group ranked s
+            if LEAN and KEPT:
+                top_gword = tl.max(gword, axis=1)
         kept_min = tl.min(tl.where(kept, gscore, float("inf")), axis=1)
         dropped_max = tl.max(tl.where(kept, float("-inf"), gscore), axis=1)
         # Each group score is within n_keys keys' errors of its exact value (a key's error grows with its magnitude,
@@ -218,6 +223,11 @@ def _warp_rows_kernel(
         # bits order scores within 2**log2(G) ulps, far inside that margin.
         err = n_keys * _key_err(tl.abs(kept_min), SCORING, bias_mag)
         flag = flag | (kept_min - dropped_max <= 2.0 * err) | (kept_min != kept_min)
+        if LEAN and KEPT:
+            # A NaN or +-inf logit made its key NaN here and its group's score NaN, whose word tops every finite
+            # one's (the group ranked first): the row is flagged now, and the kept lanes' keys below need not make
+            # their infinities NaN again (one FMA a lane fewer).
+            flag = flag | (top_gword > INF_BITS)
         if KEPT:
             KW: tl.constexpr = TOPK_GROUP * GS
             tl.static_assert(KW == 128 and GS % 4 == 0 and N_GROUP <= 16 and TOPK_GROUP <= 8)
@@ -251,7 +261,7 @@ def _warp_rows_kernel(
                     bk = tl.load(tl.max_contiguous(tl.multiple_of(q, [1, 1, 16]), [1, 1, 4])).to(tl.float32)
                 else:
                     bk = tl.load(bias_ptr + lane_k).to(tl.float32)
-            hi = _fast_keys(xk, bk, SCORING, ACCURATE).to(tl.int32, bitcast=True)
+            hi = _fast_keys(xk, bk, SCORING, ACCURATE, LEAN).to(tl.int32, bitcast=True)
             inv = (KW - 1) - c
         else:
             hi = tl.reshape(tl.where(kept[:, :, None], hig, INT32_MIN), [R, NC, LT])
