@@ -203,8 +203,6 @@ def _warp_rows_kernel(
             slots = tl.zeros(rows.shape, tl.int32)
             for s in tl.static_range(TOPK_GROUP):
                 m = tl.max(gw, axis=1)  # [R]: the group ranked s
-                if s == 0:
-                    top_gword = m
                 if KEPT:
                     slots = slots | (((N_GROUP - 1) - (m & (N_GROUP - 1))) << (4 * s))
                 gw = tl.where(gw == m[:, None], INT32_MIN, gw)
@@ -214,8 +212,6 @@ def _warp_rows_kernel(
             kept = above < TOPK_GROUP
             if KEPT:
                 slots = tl.sum(tl.where(kept, g << (4 * above), 0), axis=1)  # [R]: 4-bit field s, the group ranked s
-            if LEAN and KEPT:
-                top_gword = tl.max(gword, axis=1)
         kept_min = tl.min(tl.where(kept, gscore, float("inf")), axis=1)
         dropped_max = tl.max(tl.where(kept, float("-inf"), gscore), axis=1)
         # Each group score is within n_keys keys' errors of its exact value (a key's error grows with its magnitude,
@@ -226,8 +222,8 @@ def _warp_rows_kernel(
         if LEAN and KEPT:
             # A NaN or +-inf logit made its key NaN here and its group's score NaN, whose word tops every finite
             # one's (the group ranked first): the row is flagged now, and the kept lanes' keys below need not make
-            # their infinities NaN again (one FMA a lane fewer).
-            flag = flag | (top_gword > INF_BITS)
+            # their infinities NaN again (one FMA a lane fewer). The max is the group rounds' first (the same one).
+            flag = flag | (tl.max(gword, axis=1) > INF_BITS)
         if KEPT:
             KW: tl.constexpr = TOPK_GROUP * GS
             tl.static_assert(KW == 128 and GS % 4 == 0 and N_GROUP <= 16 and TOPK_GROUP <= 8)
@@ -250,11 +246,11 @@ def _warp_rows_kernel(
                 boff = tl.multiple_of(bias_offset - rows64 * logits_row_stride, 4)
                 bk = tl.load(pk + boff[:, None, None]).to(tl.float32)
             else:
-                # A bias of another dtype (an fp32 bias beside 16-bit logits): on 8 threads a row Triton keeps these
-                # pointers in the logits' layout too (16-byte loads, no barrier; 32 threads: converted, +100 a row),
-                # but builds them in the first pass's layout and converts them (8 SHFL.IDX and ~35 instructions a
-                # warp). LEAN, a bias at least as wide as the logits: its addresses from the logits' (pk), whose
-                # lanes Triton already holds in the loads' layout (8 instructions a warp, no shuffle).
+                # A bias of another dtype (an fp32 bias beside 16-bit logits), 8 threads a row (on 32 Triton converts
+                # these pointers through shared memory, +100 instructions a row): from bias_ptr + lane_k Triton builds
+                # them in the first pass's layout and converts them by shuffles (8 SHFL.IDX, 43 instructions a warp
+                # of four rows). LEAN, a bias at least as wide as the logits: its addresses from the logits' (pk),
+                # whose lanes Triton already holds in the loads' layout (8 instructions a warp, no shuffle).
                 if LEAN and BSZ % ESZ == 0:
                     q = ((pk.to(tl.int64) - row_ptr.to(tl.int64)[:, None, None]) * (BSZ // ESZ)
                          + bias_ptr.to(tl.int64)).to(bias_ptr.dtype)
