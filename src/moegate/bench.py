@@ -732,8 +732,9 @@ AB_VARIANTS["rows-a-warp-9f7707a"] = {"warp_rows_override": True, "WARP_ROWS_GRO
                                       "WARP_ROWS_NARROW": False, "WARP_ROWS_LAZY_EXTRA": False}
 # ... the words past the first loser found on the fast path too, not only where _repair runs (WARP_ROWS_LAZY_EXTRA off)
 AB_VARIANTS["rows-a-warp-eager-extra"] = {"warp_rows_override": True, "WARP_ROWS_LAZY_EXTRA": False}
-# ... bf16 widened a pair at a time, the kept lanes' words by one mad.lo, their wider bias addressed from the logits'
-# pointers, their keys without the finite check (WARP_ROWS_LEAN on; off by default, untimed)
+# ... bf16 widened a pair at a time, the kept lanes' words by one mad.lo, the rounds' steps four words at a time, the
+# kept lanes' wider bias addressed from the logits' pointers, their keys without the finite check (WARP_ROWS_LEAN on;
+# off by default, untimed)
 AB_VARIANTS["rows-a-warp-lean"] = {"warp_rows_override": True, "WARP_ROWS_LEAN": True}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}
 AB_VARIANTS["rows-a-warp-extra0"] = {"warp_rows_override": True, "WARP_ROWS_EXTRA": 0}

@@ -77,9 +77,21 @@ def _row_max(v):
 
 
 @triton.jit
-def _step_below(word, cur):
+def _step_below(word, cur, ASM: tl.constexpr = False):
     """[R, NC, LT] words, [R] current words -> [R]: the distance (negative) to each row's next word down, the unsigned
-    max of word - cur (words at or above cur give small values, the closest one below the largest)."""
+    max of word - cur (words at or above cur give small values, the closest one below the largest). ASM (on the GPU):
+    each thread's four adjacent words by one sub and three sub-maxes in PTX (ptxas: an IADD and three VIADDMNMX), the
+    other three of the four zero, which the where below (a word's lane & 3: the first of its four, as the words'
+    layout puts four or eight adjacent lanes on a thread) lets the compiler drop; the compiler's own form takes
+    4-6 more instructions a round (separate IADDs feeding 3-input maxes)."""
+    if ASM:
+        c = tl.broadcast_to(cur[:, None, None], word.shape)
+        d = tl.inline_asm_elementwise(
+            "{ .reg .u32 a, t; sub.u32 a, $4, $8; sub.u32 t, $5, $9; max.u32 a, a, t; sub.u32 t, $6, $10; "
+            "max.u32 a, a, t; sub.u32 t, $7, $11; max.u32 $0, a, t; mov.u32 $1, 0; mov.u32 $2, 0; mov.u32 $3, 0; }",
+            "=r,=r,=r,=r,r,r,r,r,r,r,r,r", [word, c], dtype=tl.int32, is_pure=True, pack=4)
+        d = tl.where((tl.arange(0, word.shape[2]) & 3)[None, None, :] == 0, d, 0)
+        return _row_max(d.to(tl.uint32, bitcast=True)).to(tl.int32, bitcast=True)
     return _row_max((word - cur[:, None, None]).to(tl.uint32, bitcast=True)).to(tl.int32, bitcast=True)
 
 
@@ -162,11 +174,12 @@ def _warp_rows_kernel(
     rows64 = tl.minimum(rows, num_tokens - 1).to(tl.int64)
     row_ptr = logits_ptr + rows64 * logits_row_stride  # [R]
     lane3 = tl.arange(0, NC)[None, :, None] * LT + tl.arange(0, LT)[None, None, :] + (rows * 0)[:, None, None]
-    # LEAN: forms that the compiler does not find on its own, two in PTX (GPU only): bf16 widened a pair at a time
+    # LEAN: forms that the compiler does not find on its own, three in PTX (GPU only): bf16 widened a pair at a time
     # (_widen), the kept lanes' distance words by one mad.lo (_distance_words: on the whole row, DeepSeek-V4 1215 ->
-    # 1186, ptxas spills a register at the 64-register cap, so KEPT only); the kept lanes' bias of a wider dtype
-    # addressed from the logits' pointers, and their keys without the finite check (the first pass flags the row).
-    # sm_90 SASS of the fast path, a warp of four rows: DeepSeek-V3 bf16 1152 -> 1059, fp32 1160 -> 1132.
+    # 1186, ptxas spills a register at the 64-register cap, so KEPT only), the rounds' steps four words at a time
+    # (_step_below); the kept lanes' bias of a wider dtype addressed from the logits' pointers, and their keys without
+    # the finite check (the first pass flags the row). sm_90 SASS of the fast path, a warp of four rows: DeepSeek-V3
+    # bf16 1152 -> 1025, fp32 1160 -> 1098, DeepSeek-V4 1215 -> 1150.
     ASM: tl.constexpr = LEAN and ACCURATE
     ESZ: tl.constexpr = logits_ptr.dtype.element_ty.primitive_bitwidth // 8
     BSZ: tl.constexpr = bias_ptr.dtype.element_ty.primitive_bitwidth // 8
@@ -289,7 +302,7 @@ def _warp_rows_kernel(
     # 1181 -> 1160, bf16 1175 -> 1152, DeepSeek-V4 1267 -> 1215; no local memory).
     C_FAST: tl.constexpr = K + 1 if LAZY_EXTRA else C
     for i in tl.static_range(1, C_FAST):
-        step = _step_below(word, cur)
+        step = _step_below(word, cur, ASM)
         cur = cur + step
         wk = tl.where(kc == i, cur[None, :], wk)
         if KE < KC and i < K:
