@@ -200,3 +200,19 @@ def test_rows_on_warps_kernel_fast_path_a_row(lean):
     assert set(a_row) == set(bounds), stdout[-2000:]
     assert all(a_row[s] <= bound for s, bound in bounds.items()), a_row
     assert not any(spills.values()), spills
+
+
+@pytest.mark.parametrize("shape,rounds", [("deepseek-v3-bf16", 8), ("deepseek-v3-fp32", 8), ("deepseek-v4", 6)])
+def test_lean_round_steps_pack_a_threads_adjacent_words(shape, rounds, tmp_path):
+    """WARP_ROWS_LEAN's round step (_step_below) takes four words a thread into one inline-asm call and keeps the
+    first output of each four (lane & 3 == 0): right only where the words' layout puts a multiple of four adjacent
+    lanes on a thread, the lanes fastest. The compiled TTGIR's layout of every such call says so."""
+    dump = tmp_path / "k.sass"
+    _sass_count(shape, "--tokens", "65536", "--warp-rows", "--set", "WARP_ROWS_LEAN=True", "--dump", str(dump))
+    ttgir = (tmp_path / "k.sass.ttgir").read_text()
+    layouts = dict(re.findall(r"^(#blocked\d*) = #ttg\.blocked<(.*)>$", ttgir, re.M))
+    calls = re.findall(r"sub\.u32 a, .*packed_element = 4 : i32.*: tensor<\d+x\d+x\d+xi32, (#blocked\d*)>", ttgir)
+    assert len(calls) == rounds, calls  # the K rounds after the first word (the lazy extra word's step is plain)
+    for name in calls:
+        m = re.search(r"sizePerThread = \[1, 1, (\d+)\].*order = \[2,", layouts[name])
+        assert m and int(m.group(1)) % 4 == 0, layouts[name]
