@@ -727,15 +727,15 @@ AB_VARIANTS["rows-a-warp-no-mixed-kept"] = {"warp_rows_override": True, "WARP_RO
 AB_VARIANTS["rows-a-warp-wide-epilogue"] = {"warp_rows_override": True, "WARP_ROWS_NARROW": False}
 # ... the kept groups by counting the groups above each (WARP_ROWS_GROUP_ROUNDS off)
 AB_VARIANTS["rows-a-warp-group-count"] = {"warp_rows_override": True, "WARP_ROWS_GROUP_ROUNDS": False}
-# ... both of 2026-12-07's fast-path changes off (the kernel of 9f7707a)
+# ... 2026-12-07's fast-path changes off (the kernel of 9f7707a)
 AB_VARIANTS["rows-a-warp-9f7707a"] = {"warp_rows_override": True, "WARP_ROWS_GROUP_ROUNDS": False,
-                                      "WARP_ROWS_NARROW": False, "WARP_ROWS_LAZY_EXTRA": False}
+                                      "WARP_ROWS_NARROW": False, "WARP_ROWS_LAZY_EXTRA": False,
+                                      "WARP_ROWS_LEAN": False}
 # ... the words past the first loser found on the fast path too, not only where _repair runs (WARP_ROWS_LAZY_EXTRA off)
 AB_VARIANTS["rows-a-warp-eager-extra"] = {"warp_rows_override": True, "WARP_ROWS_LAZY_EXTRA": False}
-# ... bf16 widened a pair at a time, the kept lanes' words by one mad.lo, the rounds' steps four words at a time, the
-# kept lanes' wider bias addressed from the logits' pointers, their keys without the finite check (WARP_ROWS_LEAN on;
-# off by default, untimed)
-AB_VARIANTS["rows-a-warp-lean"] = {"warp_rows_override": True, "WARP_ROWS_LEAN": True}
+# ... the compiler's own forms where WARP_ROWS_LEAN writes its own (bf16 widening, the kept lanes' distance words and
+# round steps in PTX, their wider bias's addresses, their keys' finite check): the fast path before H200 run 186
+AB_VARIANTS["rows-a-warp-no-lean"] = {"warp_rows_override": True, "WARP_ROWS_LEAN": False}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}
 AB_VARIANTS["rows-a-warp-extra0"] = {"warp_rows_override": True, "WARP_ROWS_EXTRA": 0}
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one

@@ -372,14 +372,15 @@ WARP_ROWS_GROUP_ROUNDS = True
 # memory); H100 run 182: 0.6-2.9% faster at T = 32768-65536 (the bench's rows-a-warp-eager-extra turns it off).
 WARP_ROWS_LAZY_EXTRA = True
 # WARP_ROWS_LEAN: forms the compiler does not find on its own: bf16 logits widened a 32-bit pair at a time by a shift
-# and an and, the kept lanes' distance words by one mad.lo a lane, the rounds' steps four words a thread at a time by
-# sub and sub-max (all three PTX, GPU only: the interpreter runs the plain forms), the kept lanes' bias of a wider
-# dtype (DeepSeek-V3's fp32 beside bf16 logits) addressed from the logits' pointers, and the kept lanes' keys without
-# the finite check (a NaN group score in the first pass flags the row): sm_90 SASS of the fast path DeepSeek-V3 bf16
-# 1152 -> 1025 a warp of four rows (-11%), fp32 1160 -> 1098, DeepSeek-V4 1215 -> 1150, counted offline on
-# 2026-12-07: off until a GPU has checked and timed it (the bench's rows-a-warp-lean;
-# test_lean_forms_route_bit_for_bit_alike on a GPU checks the PTX forms).
-WARP_ROWS_LEAN = False
+# and an and, the kept lanes' distance words by one mad.lo a lane and their rounds' steps four words a thread at a
+# time by sub and sub-max (all three PTX, GPU only: the interpreter runs the plain forms), the kept lanes' bias of a
+# wider dtype (DeepSeek-V3's fp32 beside bf16 logits) addressed from the logits' pointers, and the kept lanes' keys
+# without the finite check (a NaN group score in the first pass flags the row): sm_90 SASS of the fast path
+# DeepSeek-V3 bf16 1152 -> 1025 a warp of four rows (-11%), fp32 1160 -> 1098; DeepSeek-V4 (no kept lanes, fp32)
+# unchanged. H200 run 186 (the bench's rows-a-warp-no-lean turns it off): DeepSeek-V3 bf16 26.28 against 27.47 us at
+# T = 65536, 15.92 / 16.55 at 32768, 10.43 / 10.76 at 16384; fp32 level at 32768 and 65536 (19.03 / 18.98, 30.01 /
+# 30.00); test_lean_forms_route_bit_for_bit_alike passed there (20 cases: the PTX forms give the compiler's bits).
+WARP_ROWS_LEAN = True
 warp_rows_override: bool | None = None
 
 

@@ -82,8 +82,8 @@ def _step_below(word, cur, ASM: tl.constexpr = False):
     max of word - cur (words at or above cur give small values, the closest one below the largest). ASM (on the GPU):
     each thread's four adjacent words by one sub and three sub-maxes in PTX (ptxas: an IADD and three VIADDMNMX), the
     other three of the four zero, which the where below (a word's lane & 3: the first of its four, as the words'
-    layout puts four or eight adjacent lanes on a thread) lets the compiler drop; the compiler's own form takes
-    4-6 more instructions a round (separate IADDs feeding 3-input maxes)."""
+    layout puts four or eight adjacent lanes on a thread: test_sass checks it) lets the compiler drop; the compiler's
+    own form takes 4-6 more instructions a round (separate IADDs feeding 3-input maxes)."""
     if ASM:
         c = tl.broadcast_to(cur[:, None, None], word.shape)
         d = tl.inline_asm_elementwise(
@@ -176,10 +176,11 @@ def _warp_rows_kernel(
     lane3 = tl.arange(0, NC)[None, :, None] * LT + tl.arange(0, LT)[None, None, :] + (rows * 0)[:, None, None]
     # LEAN: forms that the compiler does not find on its own, three in PTX (GPU only): bf16 widened a pair at a time
     # (_widen), the kept lanes' distance words by one mad.lo (_distance_words: on the whole row, DeepSeek-V4 1215 ->
-    # 1186, ptxas spills a register at the 64-register cap, so KEPT only), the rounds' steps four words at a time
-    # (_step_below); the kept lanes' bias of a wider dtype addressed from the logits' pointers, and their keys without
-    # the finite check (the first pass flags the row). sm_90 SASS of the fast path, a warp of four rows: DeepSeek-V3
-    # bf16 1152 -> 1025, fp32 1160 -> 1098, DeepSeek-V4 1215 -> 1150.
+    # 1186, ptxas spills a register at the 64-register cap) and their rounds' steps four words at a time (_step_below:
+    # on the whole row, DeepSeek-V4 1215 -> 1150 instructions but 2-3% slower, H200 run 186), both KEPT only; the kept
+    # lanes' bias of a wider dtype addressed from the logits' pointers, and their keys without the finite check (the
+    # first pass flags the row). sm_90 SASS of the fast path, a warp of four rows: DeepSeek-V3 bf16 1152 -> 1025, fp32
+    # 1160 -> 1098.
     ASM: tl.constexpr = LEAN and ACCURATE
     ESZ: tl.constexpr = logits_ptr.dtype.element_ty.primitive_bitwidth // 8
     BSZ: tl.constexpr = bias_ptr.dtype.element_ty.primitive_bitwidth // 8
@@ -302,7 +303,7 @@ def _warp_rows_kernel(
     # 1181 -> 1160, bf16 1175 -> 1152, DeepSeek-V4 1267 -> 1215; no local memory).
     C_FAST: tl.constexpr = K + 1 if LAZY_EXTRA else C
     for i in tl.static_range(1, C_FAST):
-        step = _step_below(word, cur, ASM)
+        step = _step_below(word, cur, ASM and KEPT)
         cur = cur + step
         wk = tl.where(kc == i, cur[None, :], wk)
         if KE < KC and i < K:
