@@ -180,14 +180,13 @@ def test_half_logits_and_biases(logits_dtype, bias_dtype, forced):
 ])
 @pytest.mark.parametrize("name", ["deepseek-v3", "sigmoid-top3"])
 def test_lean_forms_route_bit_for_bit_alike(name, logits_dtype, bias_dtype, forced, monkeypatch):
-    """WARP_ROWS_LEAN (bf16 widened a 32-bit pair at a time, the kept lanes' distance words by one mad.lo, the
-    rounds' steps four words at a time, the kept lanes' wider bias addressed from the logits' pointers, their keys
-    without the finite check where the first pass flags the row) changes no bit of the outputs: both forms compute
-    the same values. The interpreter runs the bias's
-    addresses and the flags but the plain forms of the other three (the flag still reaches the launch); on a GPU this
-    compares the PTX forms against the compiler's, with rows beside them on _repair (tied winners) and on the exact
-    path (a NaN, -inf and +inf logits, in a group that would be kept and in one that would not). Each row with a
-    NaN or an infinity is redone on the exact path either way."""
+    """WARP_ROWS_LEAN (bf16 widened a 32-bit pair at a time, the kept lanes' distance words by one mad.lo and their
+    rounds' steps four words at a time, their wider bias addressed from the logits' pointers, their keys without the
+    finite check where the first pass flags the row) changes no bit of the outputs: both forms compute the same
+    values. The interpreter runs the bias's addresses and the flags but the plain forms of the other three (the flag
+    still reaches the launch); on a GPU this compares the PTX forms against the compiler's, with rows beside them on
+    _repair (tied winners) and on the exact path (a NaN, -inf and +inf logits, in a group that would be kept and in
+    one that would not). Each row with a NaN or an infinity is redone on the exact path either way."""
     config = VARIANT_CONFIGS[name]
     for T in (37, 200):
         logits = _logits(T, 256, seed=T).float()
