@@ -160,7 +160,7 @@ def _warp_rows_kernel(
     NARROW: tl.constexpr,  # the epilogue on [KE, R] tiles of the K winners where KE < KC (else on the [KC, R] words)
     GROUP_ROUNDS: tl.constexpr,  # the kept groups by TOPK_GROUP rounds of a max where 2 * TOPK_GROUP <= N_GROUP
     LAZY_EXTRA: tl.constexpr,  # the EXTRA words past the first loser found only where _repair runs
-    LEAN: tl.constexpr,  # forms the compiler does not find: bf16 widening, KEPT's words and wider bias (see below)
+    LEAN: tl.constexpr,  # forms the compiler does not find: bf16 widening, the kept lanes' words, steps, bias, keys
     COUNT_FALLBACKS: tl.constexpr,
     ACCURATE: tl.constexpr,
 ):
