@@ -721,6 +721,10 @@ for _t in (32, 16, 8):
         AB_VARIANTS[f"rows-t{_t}-w{_w}"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": _t, "WARP_ROWS_WARPS": _w}
 AB_VARIANTS["rows-t8-w1-r64"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": 8, "WARP_ROWS_WARPS": 1,
                                  "WARP_ROWS_MAX_REGISTERS": {8: (64, 64)}}
+# ... two warps a program under a lower cap: more warps an SM than one-warp programs' 32 (56 registers: 36, 48: 42)
+for _n in (48, 56):
+    AB_VARIANTS[f"rows-t8-w2-r{_n}"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": 8, "WARP_ROWS_WARPS": 2,
+                                       "WARP_ROWS_MAX_REGISTERS": {8: (_n, _n)}}
 # ... an fp32 bias beside bf16 logits rounding on every lane (WARP_ROWS_MIXED_KEPT off)
 AB_VARIANTS["rows-a-warp-no-mixed-kept"] = {"warp_rows_override": True, "WARP_ROWS_MIXED_KEPT": False}
 # ... the epilogue on the [KC, R] words' tile, two slots a thread for DeepSeek-V3 (WARP_ROWS_NARROW off)
