@@ -16,15 +16,19 @@ programs, 32 or 16 an SM, looping over rows): slower at every T >= 8192 (DeepSee
 """
 
 import argparse
+import os
+import sys
 
 import torch
 import triton
 import triton.language as tl
 
-from moegate import route
-from moegate.bench import SHAPES, _time
-from moegate.kernels import router as kr
-from moegate.kernels.router_kernel import _floor_kernel
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+
+from moegate import route  # noqa: E402
+from moegate.bench import SHAPES, _time  # noqa: E402
+from moegate.kernels import router as kr  # noqa: E402
+from moegate.kernels.router_kernel import _floor_kernel  # noqa: E402
 
 
 @triton.jit

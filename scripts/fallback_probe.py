@@ -15,13 +15,17 @@ whose K-th logit the first loser repeats redone everywhere, the kernel of run 10
 """
 
 import argparse
+import os
+import sys
 
 import torch
 import triton.testing
 
-import moegate.kernels.router as kr
-from moegate import route
-from moegate.bench import SHAPES, _parse_settings
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+
+import moegate.kernels.router as kr  # noqa: E402
+from moegate import route  # noqa: E402
+from moegate.bench import SHAPES, _parse_settings  # noqa: E402
 
 
 def _time(fn, rep):

@@ -32,6 +32,7 @@ the cases finished, so that a cut run still says what it checked; the case it cu
 import argparse
 import collections
 import contextlib
+import os
 import random
 import signal
 import sys
@@ -39,10 +40,12 @@ import time
 
 import torch
 
-from moegate import ExpertLayout, ExpertPlacement, RouterConfig, check_routing, preset, preset_names, route
-from moegate.check import _tie_order_violation
-from moegate.kernels import router as kr
-from moegate.reference import outside_domain
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+
+from moegate import ExpertLayout, ExpertPlacement, RouterConfig, check_routing, preset, preset_names, route  # noqa: E402
+from moegate.check import _tie_order_violation  # noqa: E402
+from moegate.kernels import router as kr  # noqa: E402
+from moegate.reference import outside_domain  # noqa: E402
 
 WIDTHS = (8, 16, 32, 60, 64, 72, 96, 128, 160, 256, 288, 384, 512, 640, 896, 1024)
 TOKENS = (1, 2, 7, 33, 64, 200, 1000, 2048, 4096, 5000, 8192, 16384, 32768, 65536)

@@ -22,6 +22,8 @@ import torch
 if not torch.cuda.is_available():  # route(backend="triton") takes CPU tensors under the interpreter only
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+
 from moegate import preset, route  # noqa: E402
 from moegate.kernels import router as kr  # noqa: E402
 

@@ -24,14 +24,18 @@ shapes: the H200's 2x target needs programs of several rows, a row a warp, not f
 
 import argparse
 import ctypes
+import os
+import sys
 
 import torch
 import triton
 
-from moegate import route
-from moegate.bench import SHAPES, _time
-from moegate.kernels import router as kr
-from moegate.kernels import router_kernel as rk
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+
+from moegate import route  # noqa: E402
+from moegate.bench import SHAPES, _time  # noqa: E402
+from moegate.kernels import router as kr  # noqa: E402
+from moegate.kernels import router_kernel as rk  # noqa: E402
 
 _cuda = None
 

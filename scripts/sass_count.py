@@ -22,9 +22,11 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
 from triton.runtime.jit import create_function_from_signature
 
-from moegate.kernels import router as kr
-from moegate.kernels import router_kernel as rk
-from moegate.kernels import warp_rows_kernel as wrk
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+
+from moegate.kernels import router as kr  # noqa: E402
+from moegate.kernels import router_kernel as rk  # noqa: E402
+from moegate.kernels import warp_rows_kernel as wrk  # noqa: E402
 
 
 class _Capture:

@@ -12,9 +12,11 @@ import tempfile
 
 import torch
 
-import moegate.kernels.router as kr
-from moegate.bench import SHAPES, _floor_launch, _time
-from moegate.router import route
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+
+import moegate.kernels.router as kr  # noqa: E402
+from moegate.bench import SHAPES, _floor_launch, _time  # noqa: E402
+from moegate.router import route  # noqa: E402
 
 SRC = os.path.join(os.path.dirname(kr.__file__), "warp_rows_kernel.py")
 # name -> (old, new) source edits of warp_rows_kernel.py

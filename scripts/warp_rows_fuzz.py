@@ -16,15 +16,18 @@ exit status is the number of failing cases (capped at 100).
 """
 
 import argparse
+import os
 import random
 import sys
 import time
 
 import torch
 
-import moegate.kernels.router as kr
-from moegate import ExpertLayout, RouterConfig, route
-from moegate.reference import outside_domain
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+
+import moegate.kernels.router as kr  # noqa: E402
+from moegate import ExpertLayout, RouterConfig, route  # noqa: E402
+from moegate.reference import outside_domain  # noqa: E402
 
 
 def draw(rng: random.Random, max_tokens: int, device: str):
