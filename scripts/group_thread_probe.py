@@ -6,14 +6,14 @@ thread, against the kernel's own layout.
 The kernel (kernels/warp_rows_kernel.py) spreads a row's 256 lanes over 8 threads in 16-byte chunks: a group of 32
 lanes lies on 4 threads, its top-two sum takes shuffles, and the rounds then run on the kept groups' 128 lanes
 read again from the logits with their keys computed again (KEPT), a third of its MUFU work and ~100 instructions a
-warp of four rows. Here each of a row's 8 threads holds one whole group ([R, G, C, V] tiles: the rows and the
+warp of four rows. Here each of a row's 8 threads holds one whole group ([R, G, C, V, 2] tiles: the rows and the
 groups on the threads, a group's 32 lanes in registers), so a group's top two are in-thread, the groups are ranked
-across the 8 threads, and the kept groups' distance words move to the rounds' tile (thread j: half j % 2 of the
-group ranked j // 2) by two shuffles and a select a key, with no second read and no second key, and their distance
-words are built there. It stores the
-compacted words and the stage's flags so that nothing is dropped; its SASS count, set against the kernel's
-instructions before its rounds (sass_count.py --path), says whether the layout is worth building. Not a kernel of
-the library: it checks nothing and routes nothing.
+across the 8 threads, and the kept groups' key bits move to the rounds' tile (thread j: half j % 2 of the group
+ranked j // 2) by two shuffles and a select a key, where their distance words are built: no second read and no
+second key. It stores the rounds' first max (the row's best word, which takes every compacted word) and the stage's
+flags, so that nothing is dropped; its SASS count, set against the kernel's instructions up to the same point
+(sass_count.py --path), says whether the layout is worth building. Not a kernel of the library: it checks nothing
+and routes nothing.
 """
 
 import argparse
