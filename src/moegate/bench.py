@@ -721,7 +721,8 @@ for _t in (32, 16, 8):
         AB_VARIANTS[f"rows-t{_t}-w{_w}"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": _t, "WARP_ROWS_WARPS": _w}
 AB_VARIANTS["rows-t8-w1-r64"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": 8, "WARP_ROWS_WARPS": 1,
                                  "WARP_ROWS_MAX_REGISTERS": {8: (64, 64)}}
-# ... two warps a program under a lower cap: more warps an SM than one-warp programs' 32 (56 registers: 36, 48: 42)
+# ... two warps a program under a lower cap: more warps an SM than one-warp programs' 32 (56 registers: 36, 48: 42);
+# slower than one warp everywhere in H100 run 192 (DeepSeek-V3 bf16 T = 65536 28.11 / 28.76 against 27.00 us)
 for _n in (48, 56):
     AB_VARIANTS[f"rows-t8-w2-r{_n}"] = {"warp_rows_override": True, "WARP_ROWS_THREADS": 8, "WARP_ROWS_WARPS": 2,
                                        "WARP_ROWS_MAX_REGISTERS": {8: (_n, _n)}}
