@@ -7,7 +7,9 @@
 # .peers/flashinfer-site; the bench compiles it on first use). HOST=1 also times an eager call's host path
 # (scripts/host_overhead.py; its first calls compile four launches). FUZZ=N runs scripts/gpu_fuzz.py for about N
 # seconds after the tests (FUZZ_ARGS adds its options, e.g. "--force-paths --seed 400000"; a case running at N + 60 s
-# is cut, and the fuzz still prints what it finished). Exit status: the tests' status, else the fuzz's.
+# is cut, and the fuzz still prints what it finished). SHARD=i/n runs the tests i, i + n, ... of the collected suite
+# (MOEGATE_SHARD, tests/conftest.py): a suite longer than one call in n calls. Exit status: the tests' status, else the
+# fuzz's.
 set -uo pipefail
 out=${OUT:-/tmp/moegate-gpu}
 mkdir -p "$out"
@@ -25,6 +27,7 @@ fi
 test_rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   start=$(date +%s)
+  [ -n "${SHARD:-}" ] && export MOEGATE_SHARD="$SHARD" && echo "shard $SHARD"
   # -v: the log names each test as it ends, so a call cut by its limit still says which tests were left.
   # PYTEST_K: a -k expression (spaces kept: "cached or logit_keys"), where PYTEST_ARGS splits on them.
   "$py" -m pytest ${TEST_FILES:-tests/test_kernel.py tests/test_warp_rows.py} -v -p no:cacheprovider --durations=20 ${PYTEST_ARGS:-} ${PYTEST_K:+-k "$PYTEST_K"} \

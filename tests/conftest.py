@@ -138,3 +138,36 @@ def pytest_collection_finish(session):
     _lazy_tuple_types()
     _np_dtypes_once()
     _no_discarded_overflow_checks()
+
+
+
+def _shard():
+    """MOEGATE_SHARD=i/n as (i, n), or None where unset; malformed or out of range: a usage error."""
+    shard = os.environ.get("MOEGATE_SHARD", "").strip()
+    if not shard:
+        return None
+    import pytest
+
+    try:
+        i, n = (int(v) for v in shard.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"MOEGATE_SHARD={shard!r}: expected i/n with integers 1 <= i <= n") from None
+    if not 1 <= i <= n:
+        raise pytest.UsageError(f"MOEGATE_SHARD={shard!r}: expected i/n with 1 <= i <= n")
+    return i, n
+
+
+def pytest_configure(config):
+    _shard()  # a bad shard stops the run before collection
+
+
+def pytest_collection_modifyitems(config, items):
+    """MOEGATE_SHARD=i/n keeps the collected tests i, i + n, i + 2n, ... (1-based), so that a suite longer than one
+    device call runs in n calls (scripts/gpu_check.sh's SHARD). Every xdist worker collects the same items in the
+    same order, so each keeps the same shard."""
+    shard = _shard()
+    if shard is None:
+        return
+    i, n = shard
+    config.hook.pytest_deselected(items=[item for k, item in enumerate(items) if k % n != i - 1])
+    items[:] = [item for k, item in enumerate(items) if k % n == i - 1]

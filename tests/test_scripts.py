@@ -59,3 +59,27 @@ def test_fuzz_cut_by_sigterm_reports_the_cases_it_finished():
     assert n > 0 and last == 70100 + n - 1 and cut == 70100 + n, out
     assert "covered: " in out, out
 
+
+
+def _collected(shard: str | None) -> tuple[int, list[str]]:
+    env = dict(os.environ)
+    env.pop("MOEGATE_SHARD", None)
+    if shard is not None:
+        env["MOEGATE_SHARD"] = shard
+    out = subprocess.run([sys.executable, "-m", "pytest", os.path.join(ROOT, "tests", "test_presets.py"),
+                          "--collect-only", "-q", "-p", "no:cacheprovider"], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=ROOT)
+    return out.returncode, [line for line in out.stdout.splitlines() if "::" in line]
+
+
+def test_shards_split_the_suite_without_loss_or_overlap():
+    """MOEGATE_SHARD=i/n (tests/conftest.py; scripts/gpu_check.sh's SHARD): the n shards together are the whole suite,
+    each test in exactly one, in turn; a malformed or out-of-range shard is a usage error, not a silent full run."""
+    rc, whole = _collected(None)
+    assert rc == 0 and len(whole) >= 6, whole
+    shards = [_collected(f"{i}/3") for i in (1, 2, 3)]
+    assert all(rc == 0 for rc, _ in shards)
+    assert [ids for _, ids in shards] == [whole[0::3], whole[1::3], whole[2::3]]
+    for bad in ("0/3", "4/3", "2", "a/b"):
+        rc, ids = _collected(bad)
+        assert rc != 0 and not ids, (bad, ids)
