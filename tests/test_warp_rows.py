@@ -210,6 +210,36 @@ def test_lean_forms_route_bit_for_bit_alike(name, logits_dtype, bias_dtype, forc
         torch.testing.assert_close(outs[1].weights, outs[0].weights, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("logits_dtype,bias_dtype", [
+    (torch.bfloat16, torch.float32), (torch.float16, torch.float32), (torch.bfloat16, torch.bfloat16),
+    (torch.float32, torch.float32),
+])
+def test_smem_kept_routes_bit_for_bit_alike(logits_dtype, bias_dtype, forced, monkeypatch):
+    """WARP_ROWS_SMEM_KEPT (off by default): DeepSeek-V3's kept lanes' keys taken from the first pass's through shared
+    memory (inline PTX, GPU only) are the bits the second read computes (the same fast formula on the same logits and
+    bias), so both give the same ids and weights, with rows beside them on _repair (tied winners) and on the exact
+    path (NaN, -inf, +inf logits). The launch takes it for 16-bit logits only; the interpreter runs the second read
+    either way (the flag still reaches the launch)."""
+    config = VARIANT_CONFIGS["deepseek-v3"]
+    for T in (37, 200):
+        logits = _logits(T, 256, seed=T + 7).float()
+        logits[3, 32:40] = logits[3, 32:40].max() + 1  # eight tied winners: _repair orders them by id
+        logits[20, 5] = float("nan")
+        logits[24, logits[24].argmax()] = float("-inf")
+        logits[32, 100] = float("inf")
+        logits = logits.to(logits_dtype)
+        bias = _bias(256, bias_dtype, seed=T)
+        outs = []
+        for smem in (False, True):
+            monkeypatch.setattr(kr, "WARP_ROWS_SMEM_KEPT", smem)
+            forced.clear()
+            outs.append(run_both(logits, config, bias=bias)[0])
+            on = smem and logits_dtype != torch.float32 and forced[0].get("LT") == 64  # 8 threads a row
+            assert "R" in forced[0] and forced[0]["SMEM_KEPT"] is on
+        torch.testing.assert_close(outs[1].ids, outs[0].ids, rtol=0, atol=0)
+        torch.testing.assert_close(outs[1].weights, outs[0].weights, rtol=0, atol=0)
+
+
 def _edge_rows(E, scoring, group_size=0, group_max=False):
     """Rows the fast path must send to the exact path or to _repair (which route them like the reference), one a
     program at R = 2 beside a plain row: (logits, {row: why} of the exact path, {row: why} of _repair). Bias -0.5

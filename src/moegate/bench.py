@@ -741,6 +741,9 @@ AB_VARIANTS["rows-a-warp-eager-extra"] = {"warp_rows_override": True, "WARP_ROWS
 # ... the compiler's own forms where WARP_ROWS_LEAN writes its own (bf16 widening, the kept lanes' distance words and
 # round steps in PTX, their wider bias's addresses, their keys' finite check): the fast path before H200 run 186
 AB_VARIANTS["rows-a-warp-no-lean"] = {"warp_rows_override": True, "WARP_ROWS_LEAN": False}
+# ... DeepSeek-V3's kept lanes' keys (bf16 / fp16 logits) from the first pass's through shared memory, not read and
+# scored again (WARP_ROWS_SMEM_KEPT on; the launcher's own choice of kernel otherwise)
+AB_VARIANTS["rows-smem-kept"] = {"WARP_ROWS_SMEM_KEPT": True}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}
 AB_VARIANTS["rows-a-warp-extra0"] = {"warp_rows_override": True, "WARP_ROWS_EXTRA": 0}
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one

@@ -381,6 +381,12 @@ WARP_ROWS_LAZY_EXTRA = True
 # T = 65536, 15.92 / 16.55 at 32768, 10.43 / 10.76 at 16384; fp32 level at 32768 and 65536 (19.03 / 18.98, 30.01 /
 # 30.00); test_lean_forms_route_bit_for_bit_alike passed there (20 cases: the PTX forms give the compiler's bits).
 WARP_ROWS_LEAN = True
+# WARP_ROWS_SMEM_KEPT (off; 2026-12-07 night, not yet run on a GPU): DeepSeek-V3's kept lanes' keys for bf16 / fp16
+# logits taken from the first pass's through shared memory (one inline-PTX call a thread: eight 16-byte stores of its
+# keys, a warp barrier, four 16-byte loads of its kept lanes) instead of read and scored again: sm_90 SASS of the fast
+# path 1025 -> 929 instructions a warp of four rows, 96 -> 64 MUFU operations (docs/kernel.md, "The kept lanes' second
+# pass"). The bench's rows-smem-kept turns it on; test_smem_kept_routes_bit_for_bit_alike compares it on a GPU.
+WARP_ROWS_SMEM_KEPT = False
 warp_rows_override: bool | None = None
 
 
@@ -861,6 +867,13 @@ def _by_groups(value, grouped: bool):
     return value[grouped] if isinstance(value, tuple) else value
 
 
+def _smem_kept(spec: _Spec, kept: bool, logits, rows: int, chunks: int, chunk: int) -> bool:
+    """WARP_ROWS_SMEM_KEPT where its PTX applies: the kept groups' lanes (4 groups of 32 of 256) of bf16 / fp16 logits
+    on 8 threads a row (a chunk of 64 lanes), 4 or 8 rows a program."""
+    return bool(WARP_ROWS_SMEM_KEPT and kept and logits.element_size() == 2 and chunk == 64 and chunks == 4
+                and rows in (4, 8) and spec.GROUP_SIZE == 32 and spec.TOPK_GROUP == 4)
+
+
 def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float, rsf: float, rows: int,
                       chunks: int, chunk: int, kept: bool, bias_offset: int | None, words: int) -> None:
     T = logits.shape[0]
@@ -881,6 +894,7 @@ def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float
         EXTRA=min(WARP_ROWS_EXTRA, words - 1 - spec.K),  # at most `words` words
         FORCE_EXACT=force_exact_override, NARROW=WARP_ROWS_NARROW, GROUP_ROUNDS=WARP_ROWS_GROUP_ROUNDS,
         LAZY_EXTRA=WARP_ROWS_LAZY_EXTRA, LEAN=WARP_ROWS_LEAN,
+        SMEM_KEPT=_smem_kept(spec, kept, logits, rows, chunks, chunk),
         COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(), num_warps=rows * threads // 32, **extra,
     )
 

@@ -70,6 +70,53 @@ from moegate.kernels.router_kernel import (
 )
 
 
+def _smem_kept_asm(R: int, W: int, GS: int, TOPK_GROUP: int) -> str:
+    """PTX for _smem_kept (bf16 / fp16 logits: 8 lanes a thread a chunk, W / 64 chunks, 8 threads a row, R rows a
+    program, R / 4 warps): operands $0-$31 out (slot s's kept lanes 4t..4t+3 at registers 8s..8s+3, the rest 0),
+    $32-$63 the thread's first-pass key bits (register 8c + v: lane 64c + 8t + v), $64-$95 the row's slots. Thread
+    %tid.x holds row %tid.x / 8 (rows on the warps' lanes, then on the warps), t = %tid.x % 8: a row's 8 threads
+    share a warp, so a warp barrier orders its stores before its loads."""
+    n_out = 8 * (W // 64)
+    lines = ["{", f".shared .align 16 .b32 mgk[{R * W}];", ".reg .u32 ln, sb, rb, g;", "mov.u32 ln, %tid.x;",
+             "mov.u32 sb, mgk;", "shr.u32 rb, ln, 3;", f"mad.lo.u32 rb, rb, {4 * W}, sb;",  # the row's 4W bytes
+             "and.b32 ln, ln, 7;", "shl.b32 ln, ln, 5;", "add.u32 sb, rb, ln;"]  # + 32 t: the thread's 8 lanes
+    for c in range(W // 64):
+        for h in range(2):
+            regs = ",".join(f"${n_out + 8 * c + 4 * h + e}" for e in range(4))
+            lines.append(f"st.shared.v4.b32 [sb+{256 * c + 16 * h}], {{{regs}}};")
+    lines += ["bar.warp.sync -1;", "shr.u32 ln, ln, 1;", "add.u32 rb, rb, ln;"]  # + 16 t: lanes 4t..4t+3
+    for s in range(TOPK_GROUP):
+        regs = ",".join(f"${8 * s + e}" for e in range(4))
+        lines += [f"bfe.u32 g, ${2 * n_out}, {4 * s}, 4;", f"mad.lo.u32 g, g, {4 * GS}, rb;",
+                  f"ld.shared.v4.b32 {{{regs}}}, [g];"]
+    lines += [f"mov.u32 ${8 * s + e}, 0;" for s in range(TOPK_GROUP) for e in range(4, 8)]
+    lines += [f"mov.u32 ${8 * s + e}, 0;" for s in range(TOPK_GROUP, W // 64) for e in range(8)]
+    lines.append("}")
+    return " ".join(lines)
+
+
+SMEM_KEPT_ASM = tl.constexpr(_smem_kept_asm(4, 256, 32, 4))
+SMEM_KEPT_ASM8 = tl.constexpr(_smem_kept_asm(8, 256, 32, 4))
+SMEM_KEPT_CONSTRAINTS = tl.constexpr(",".join(["=r"] * 32 + ["r"] * 64))
+
+
+@triton.jit
+def _smem_kept(key, slots, R: tl.constexpr, NC: tl.constexpr, LT: tl.constexpr):
+    """[R, NC, LT] first-pass key bits (int32), [R] slots -> [R, 4, 32] the kept groups' key bits (slot s, lane
+    4t + e: the kept tile's), through 4 KB of shared memory (SMEM_KEPT_ASM): the second read and keys saved."""
+    if R == 4:
+        out = tl.inline_asm_elementwise(SMEM_KEPT_ASM, SMEM_KEPT_CONSTRAINTS,
+                                        [key, tl.broadcast_to(slots[:, None, None], key.shape)], dtype=tl.int32,
+                                        is_pure=True, pack=32)
+    else:
+        out = tl.inline_asm_elementwise(SMEM_KEPT_ASM8, SMEM_KEPT_CONSTRAINTS,
+                                        [key, tl.broadcast_to(slots[:, None, None], key.shape)], dtype=tl.int32,
+                                        is_pure=True, pack=32)
+    o5 = tl.permute(tl.reshape(out, [R, NC, LT // 8, 2, 4]), [0, 1, 2, 4, 3])
+    real, _dummy = tl.split(o5)
+    return tl.reshape(real, [R, NC, LT // 2])
+
+
 @triton.jit
 def _row_max(v):
     """[R, NC, LT] -> [R]: in-thread over the chunks and a thread's own lanes, then the warp's shuffles."""
@@ -161,6 +208,7 @@ def _warp_rows_kernel(
     GROUP_ROUNDS: tl.constexpr,  # the kept groups by TOPK_GROUP rounds of a max where 2 * TOPK_GROUP <= N_GROUP
     LAZY_EXTRA: tl.constexpr,  # the EXTRA words past the first loser found only where _repair runs
     LEAN: tl.constexpr,  # forms the compiler does not find: bf16 widening, the kept lanes' words, steps, bias, keys
+    SMEM_KEPT: tl.constexpr,  # KEPT, GPU, bf16 / fp16: the kept lanes' keys from the first pass's through shared memory
     COUNT_FALLBACKS: tl.constexpr,
     ACCURATE: tl.constexpr,
 ):
@@ -251,27 +299,33 @@ def _warp_rows_kernel(
             GS_BITS: tl.constexpr = GS.bit_length() - 1
             lane_k = ((slots[:, None, None] >> ((c >> GS_BITS) << 2)) & 15) * GS + (c & (GS - 1))
             lane_k = tl.max_contiguous(tl.multiple_of(lane_k, [1, 1, 4]), [1, 1, 4])  # four lanes of a group a thread
-            pk = row_ptr[:, None, None] + lane_k
-            xk = _widen(tl.load(pk), ASM)
-            # The bias by the logits' pointers moved by bias_ptr - row_ptr (elements of the logits' dtype, which the
-            # bias shares then; a multiple of 4): from bias_ptr + lane_k, Triton rebuilt those pointers in the group
-            # views' layout and converted them on 32 threads a row (a barrier and ~80 instructions a row).
-            if BIAS_BY_OFFSET:
-                boff = tl.multiple_of(bias_offset - rows64 * logits_row_stride, 4)
-                bk = tl.load(pk + boff[:, None, None]).to(tl.float32)
+            if SMEM_KEPT and ACCURATE:
+                tl.static_assert((R == 4 or R == 8) and NC == 4 and LT == 64 and KW == 128 and GS == 32
+                                 and TOPK_GROUP == 4)
+                hi = _smem_kept(key.to(tl.int32, bitcast=True), slots, R, NC, LT)
             else:
-                # A bias of another dtype (an fp32 bias beside 16-bit logits), 8 threads a row (on 32 Triton converts
-                # these pointers through shared memory, +100 instructions a row): from bias_ptr + lane_k Triton builds
-                # them in the first pass's layout and converts them by shuffles (8 SHFL.IDX, 43 instructions a warp
-                # of four rows). LEAN, a bias at least as wide as the logits: its addresses from the logits' (pk),
-                # whose lanes Triton already holds in the loads' layout (8 instructions a warp, no shuffle).
-                if LEAN and BSZ % ESZ == 0:
-                    q = ((pk.to(tl.int64) - row_ptr.to(tl.int64)[:, None, None]) * (BSZ // ESZ)
-                         + bias_ptr.to(tl.int64)).to(bias_ptr.dtype)
-                    bk = tl.load(tl.max_contiguous(tl.multiple_of(q, [1, 1, 16]), [1, 1, 4])).to(tl.float32)
+                pk = row_ptr[:, None, None] + lane_k
+                xk = _widen(tl.load(pk), ASM)
+                # The bias by the logits' pointers moved by bias_ptr - row_ptr (elements of the logits' dtype, which the
+                # bias shares then; a multiple of 4): from bias_ptr + lane_k, Triton rebuilt those pointers in the group
+                # views' layout and converted them on 32 threads a row (a barrier and ~80 instructions a row).
+                if BIAS_BY_OFFSET:
+                    boff = tl.multiple_of(bias_offset - rows64 * logits_row_stride, 4)
+                    bk = tl.load(pk + boff[:, None, None]).to(tl.float32)
                 else:
-                    bk = tl.load(bias_ptr + lane_k).to(tl.float32)
-            hi = _fast_keys(xk, bk, SCORING, ACCURATE, LEAN).to(tl.int32, bitcast=True)
+                    # A bias of another dtype (an fp32 bias beside 16-bit logits), 8 threads a row (on 32 Triton
+                    # converts these pointers through shared memory, +100 instructions a row): from bias_ptr + lane_k
+                    # Triton builds them in the first pass's layout and converts them by shuffles (8 SHFL.IDX, 43
+                    # instructions a warp of four rows). LEAN, a bias at least as wide as the logits: its addresses
+                    # from the logits' (pk), whose lanes Triton already holds in the loads' layout (8 instructions a
+                    # warp, no shuffle).
+                    if LEAN and BSZ % ESZ == 0:
+                        q = ((pk.to(tl.int64) - row_ptr.to(tl.int64)[:, None, None]) * (BSZ // ESZ)
+                             + bias_ptr.to(tl.int64)).to(bias_ptr.dtype)
+                        bk = tl.load(tl.max_contiguous(tl.multiple_of(q, [1, 1, 16]), [1, 1, 4])).to(tl.float32)
+                    else:
+                        bk = tl.load(bias_ptr + lane_k).to(tl.float32)
+                hi = _fast_keys(xk, bk, SCORING, ACCURATE, LEAN).to(tl.int32, bitcast=True)
             inv = (KW - 1) - c
         else:
             hi = tl.reshape(tl.where(kept[:, :, None], hig, INT32_MIN), [R, NC, LT])
