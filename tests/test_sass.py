@@ -219,7 +219,8 @@ def test_lean_round_steps_pack_a_threads_adjacent_words(shape, rounds, tmp_path)
         assert m and int(m.group(1)) % 4 == 0, layouts[name]
 
 
-def test_smem_kept_asm_sees_the_layout_it_assumes(tmp_path):
+@pytest.mark.parametrize("warps", [1, 2])
+def test_smem_kept_asm_sees_the_layout_it_assumes(warps, tmp_path):
     """WARP_ROWS_SMEM_KEPT (off by default; not yet run on a GPU): the kept lanes' keys are taken from the first
     pass's through shared memory by one inline-asm call a thread (pack 32), whose PTX assumes the first pass's key
     tile puts a thread's 8 adjacent lanes of each of 4 chunks in registers 8c + v and row r, thread t on lane 8r + t
@@ -227,14 +228,14 @@ def test_smem_kept_asm_sees_the_layout_it_assumes(tmp_path):
     says so; the fast path is ~10% shorter than the second read's and spills nothing."""
     dump = tmp_path / "k.sass"
     stdout = _sass_count("deepseek-v3-bf16", "--tokens", "65536", "--warp-rows", "--path", "--set",
-                         "WARP_ROWS_SMEM_KEPT=True", "--dump", str(dump))
+                         "WARP_ROWS_SMEM_KEPT=True", "--set", f"WARP_ROWS_WARPS={warps}", "--dump", str(dump))
     ttgir = (tmp_path / "k.sass.ttgir").read_text()
     layouts = dict(re.findall(r"^(#blocked\d*) = #ttg\.blocked<(.*)>$", ttgir, re.M))
-    calls = re.findall(r"\.shared \.align 16 \.b32 mgk\[1024\].*packed_element = 32 : i32.*"
-                       r": tensor<4x4x64xi32, (#blocked\d*)>", ttgir)
+    calls = re.findall(rf"\.shared \.align 16 \.b32 mgk\[{1024 * warps}\].*packed_element = 32 : i32.*"
+                       rf": tensor<{4 * warps}x4x64xi32, (#blocked\d*)>", ttgir)
     assert len(calls) == 1, calls
-    assert layouts[calls[0]] == ("{sizePerThread = [1, 1, 8], threadsPerWarp = [4, 1, 8], warpsPerCTA = [1, 1, 1], "
-                                 "order = [2, 0, 1]}"), layouts[calls[0]]
+    assert layouts[calls[0]] == ("{sizePerThread = [1, 1, 8], threadsPerWarp = [4, 1, 8], "
+                                 f"warpsPerCTA = [{warps}, 1, 1], order = [2, 0, 1]}}"), layouts[calls[0]]
     m = re.search(r"local=(\d+) .*\n.*\n\s+fast path a row ~(\d+)", stdout)
-    assert m and int(m.group(1)) == 0 and int(m.group(2)) <= 236, stdout[:600]
+    assert m and int(m.group(1)) == 0 and int(m.group(2)) <= (236 if warps == 1 else 248), stdout[:600]
     assert not re.search(r"\s(LDL|STL)\b", stdout)
