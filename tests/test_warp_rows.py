@@ -174,6 +174,19 @@ def test_half_logits_and_biases(logits_dtype, bias_dtype, forced):
         assert forced[0]["BIAS_BY_OFFSET"] is (forced[0]["KEPT"] and logits_dtype == bias_dtype)
 
 
+def _rows_beside_repair_and_exact(T, logits_dtype, bias_dtype, seed):
+    """T rows of 256 logits (T > 32) and a bias, with rows on _repair and the exact path among plain ones: eight tied
+    winners (row 3: _repair orders them by id), a NaN logit (20), -inf at the best lane (24: its group would be kept)
+    and at the worst (28: its group would be dropped), +inf (32)."""
+    logits = _logits(T, 256, seed=seed).float()
+    logits[3, 32:40] = logits[3, 32:40].max() + 1
+    logits[20, 5] = float("nan")
+    logits[24, logits[24].argmax()] = float("-inf")
+    logits[28, logits[28].argmin()] = float("-inf")
+    logits[32, 100] = float("inf")
+    return logits.to(logits_dtype), _bias(256, bias_dtype, seed=T)
+
+
 @pytest.mark.parametrize("logits_dtype,bias_dtype", [
     (torch.bfloat16, torch.float32), (torch.float16, torch.float32), (torch.float32, torch.bfloat16),
     (torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32),
@@ -189,14 +202,7 @@ def test_lean_forms_route_bit_for_bit_alike(name, logits_dtype, bias_dtype, forc
     one that would not). Each row with a NaN or an infinity is redone on the exact path either way."""
     config = VARIANT_CONFIGS[name]
     for T in (37, 200):
-        logits = _logits(T, 256, seed=T).float()
-        logits[3, 32:40] = logits[3, 32:40].max() + 1  # eight tied winners: _repair orders them by id
-        logits[20, 5] = float("nan")  # a NaN logit: the exact path
-        logits[24, logits[24].argmax()] = float("-inf")  # the best lane's logit -inf: its group would be kept
-        logits[28, logits[28].argmin()] = float("-inf")  # the worst lane's: its group would be dropped
-        logits[32, 100] = float("inf")
-        logits = logits.to(logits_dtype)
-        bias = _bias(256, bias_dtype, seed=T)
+        logits, bias = _rows_beside_repair_and_exact(T, logits_dtype, bias_dtype, seed=T)
         outs = []
         for lean in (False, True):
             monkeypatch.setattr(kr, "WARP_ROWS_LEAN", lean)
@@ -222,13 +228,7 @@ def test_smem_kept_routes_bit_for_bit_alike(logits_dtype, bias_dtype, forced, mo
     either way (the flag still reaches the launch)."""
     config = VARIANT_CONFIGS["deepseek-v3"]
     for T in (37, 200):
-        logits = _logits(T, 256, seed=T + 7).float()
-        logits[3, 32:40] = logits[3, 32:40].max() + 1  # eight tied winners: _repair orders them by id
-        logits[20, 5] = float("nan")
-        logits[24, logits[24].argmax()] = float("-inf")
-        logits[32, 100] = float("inf")
-        logits = logits.to(logits_dtype)
-        bias = _bias(256, bias_dtype, seed=T)
+        logits, bias = _rows_beside_repair_and_exact(T, logits_dtype, bias_dtype, seed=T + 7)
         outs = []
         for smem in (False, True):
             monkeypatch.setattr(kr, "WARP_ROWS_SMEM_KEPT", smem)
