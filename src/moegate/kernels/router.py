@@ -384,7 +384,7 @@ WARP_ROWS_LEAN = True
 # WARP_ROWS_SMEM_KEPT (off; 2026-12-07 night, not yet run on a GPU): DeepSeek-V3's kept lanes' keys for bf16 / fp16
 # logits taken from the first pass's through shared memory (one inline-PTX call a thread: eight 16-byte stores of its
 # keys, a warp barrier, four 16-byte loads of its kept lanes) instead of read and scored again: sm_90 SASS of the fast
-# path 1025 -> 929 instructions a warp of four rows, 96 -> 64 MUFU operations (docs/kernel.md, "The kept lanes' second
+# path 1025 -> 928 instructions a warp of four rows, 96 -> 64 MUFU operations (docs/kernel.md, "The kept lanes' second
 # pass"). The bench's rows-smem-kept turns it on; test_smem_kept_routes_bit_for_bit_alike compares it on a GPU.
 WARP_ROWS_SMEM_KEPT = False
 warp_rows_override: bool | None = None
