@@ -140,7 +140,6 @@ def pytest_collection_finish(session):
     _no_discarded_overflow_checks()
 
 
-
 def _shard():
     """MOEGATE_SHARD=i/n as (i, n), or None where unset; malformed or out of range: a usage error."""
     shard = os.environ.get("MOEGATE_SHARD", "").strip()

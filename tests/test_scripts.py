@@ -60,7 +60,6 @@ def test_fuzz_cut_by_sigterm_reports_the_cases_it_finished():
     assert "covered: " in out, out
 
 
-
 def _collected(shard: str | None) -> tuple[int, list[str]]:
     env = dict(os.environ)
     env.pop("MOEGATE_SHARD", None)

@@ -103,15 +103,12 @@ SMEM_KEPT_CONSTRAINTS = tl.constexpr(",".join(["=r"] * 32 + ["r"] * 64))
 @triton.jit
 def _smem_kept(key, slots, R: tl.constexpr, NC: tl.constexpr, LT: tl.constexpr):
     """[R, NC, LT] first-pass key bits (int32), [R] slots -> [R, 4, 32] the kept groups' key bits (slot s, lane
-    4t + e: the kept tile's), through 4 KB of shared memory (SMEM_KEPT_ASM): the second read and keys saved."""
-    if R == 4:
-        out = tl.inline_asm_elementwise(SMEM_KEPT_ASM, SMEM_KEPT_CONSTRAINTS,
-                                        [key, tl.broadcast_to(slots[:, None, None], key.shape)], dtype=tl.int32,
-                                        is_pure=True, pack=32)
-    else:
-        out = tl.inline_asm_elementwise(SMEM_KEPT_ASM8, SMEM_KEPT_CONSTRAINTS,
-                                        [key, tl.broadcast_to(slots[:, None, None], key.shape)], dtype=tl.int32,
-                                        is_pure=True, pack=32)
+    4t + e: the kept tile's), through 1 KB of shared memory a row (SMEM_KEPT_ASM, SMEM_KEPT_ASM8 for 8 rows): the
+    second read and keys saved."""
+    ASM_R: tl.constexpr = SMEM_KEPT_ASM if R == 4 else SMEM_KEPT_ASM8
+    out = tl.inline_asm_elementwise(ASM_R, SMEM_KEPT_CONSTRAINTS,
+                                    [key, tl.broadcast_to(slots[:, None, None], key.shape)], dtype=tl.int32,
+                                    is_pure=True, pack=32)
     o5 = tl.permute(tl.reshape(out, [R, NC, LT // 8, 2, 4]), [0, 1, 2, 4, 3])
     real, _dummy = tl.split(o5)
     return tl.reshape(real, [R, NC, LT // 2])
