@@ -8,8 +8,9 @@
 # (scripts/host_overhead.py; its first calls compile four launches). FUZZ=N runs scripts/gpu_fuzz.py for about N
 # seconds after the tests (FUZZ_ARGS adds its options, e.g. "--force-paths --seed 400000"; a case running at N + 60 s
 # is cut, and the fuzz still prints what it finished). SHARD=i/n runs the tests i, i + n, ... of the collected suite
-# (MOEGATE_SHARD, tests/conftest.py): a suite longer than one call in n calls. Exit status: the tests' status, else the
-# fuzz's.
+# (MOEGATE_SHARD, tests/conftest.py): a suite longer than one call in n calls. MOEGATE_SET="NAME=VALUE;..." runs
+# the tests on launcher settings that are not the defaults (as the bench's --set; tests/conftest.py). Exit status: the
+# tests' status, else the fuzz's.
 set -uo pipefail
 out=${OUT:-/tmp/moegate-gpu}
 mkdir -p "$out"

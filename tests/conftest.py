@@ -138,6 +138,31 @@ def pytest_collection_finish(session):
     _lazy_tuple_types()
     _np_dtypes_once()
     _no_discarded_overflow_checks()
+    _apply_settings()
+
+
+class _SettingsError:
+    """The parser stand-in that moegate.bench._parse_settings reports to: a usage error of pytest's."""
+
+    @staticmethod
+    def error(message):
+        import pytest
+
+        raise pytest.UsageError(f"MOEGATE_SET: {message}")
+
+
+def _apply_settings() -> None:
+    """MOEGATE_SET="NAME=VALUE;NAME=VALUE": launcher settings of moegate.kernels.router (as ``moegate bench --set``)
+    for the whole run, so that the GPU suite can run on a form that is not the default yet (scripts/gpu_check.sh).
+    Applied after collection: the kernel's test modules choose Triton's interpreter before anything imports it."""
+    items = [item for item in os.environ.get("MOEGATE_SET", "").split(";") if item.strip()]
+    if not items:
+        return
+    import moegate.kernels.router as kr
+    from moegate.bench import _parse_settings
+
+    for name, value in _parse_settings(_SettingsError, items).items():
+        setattr(kr, name, value)
 
 
 def _shard():

@@ -82,3 +82,36 @@ def test_shards_split_the_suite_without_loss_or_overlap():
     for bad in ("0/3", "4/3", "2", "a/b"):
         rc, ids = _collected(bad)
         assert rc != 0 and not ids, (bad, ids)
+
+
+def _pytest_with_settings(tmp_path, settings: str | None, body: str) -> subprocess.CompletedProcess:
+    """Runs a one-test file under tests/conftest.py (as a plugin: the file lies outside tests/) with MOEGATE_SET."""
+    (tmp_path / "test_settings_probe.py").write_text(body)
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    env.pop("MOEGATE_SET", None)
+    if settings is not None:
+        env["MOEGATE_SET"] = settings
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src"), os.path.join(ROOT, "tests"),
+                                         env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "pytest", str(tmp_path), "-q", "-p", "conftest", "-p",
+                           "no:cacheprovider", "-p", "no:xdist"], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=str(tmp_path))
+
+
+def test_settings_reach_the_launcher_for_the_whole_run(tmp_path):
+    """MOEGATE_SET="NAME=VALUE;..." (tests/conftest.py) sets moegate.kernels.router's settings before the tests run, so
+    that the GPU suite can run on a form that is not the default yet; unset, the defaults hold; a name that is not a
+    setting or a value that is not a literal stops the run as a usage error."""
+    probe = ("import moegate.kernels.router as kr\n\n\ndef test_probe():\n"
+             "    assert (kr.WARP_ROWS_SMEM_KEPT, kr.WARP_ROWS_EXTRA) == {expected}\n")
+    out = _pytest_with_settings(tmp_path, "WARP_ROWS_SMEM_KEPT=True; WARP_ROWS_EXTRA=2",
+                                probe.format(expected="(True, 2)"))
+    assert out.returncode == 0 and "1 passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    import moegate.kernels.router as kr
+
+    defaults = (kr.WARP_ROWS_SMEM_KEPT, kr.WARP_ROWS_EXTRA)
+    out = _pytest_with_settings(tmp_path, None, probe.format(expected=repr(defaults)))
+    assert out.returncode == 0 and "1 passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    for bad in ("NOT_A_SETTING=1", "WARP_ROWS_EXTRA=two", "WARP_ROWS_EXTRA"):
+        out = _pytest_with_settings(tmp_path, bad, probe.format(expected="(True, 2)"))
+        assert out.returncode != 0 and "MOEGATE_SET" in out.stderr + out.stdout, (bad, out.stdout[-2000:])
