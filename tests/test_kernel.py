@@ -1372,6 +1372,77 @@ def test_rounds_on_cached_group_words(config, depth, dtype, monkeypatch):
             assert emptied <= redo <= plain + emptied, (redo, plain, emptied)
 
 
+@pytest.mark.parametrize("config", [RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True),
+                                    RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)],
+                         ids=["512-top22", "896-top16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_cache_smem_rounds_route_bit_for_bit_alike(config, dtype, monkeypatch):
+    """CACHE_SMEM (off by default; built without a GPU): the cached rounds with each group's cache in shared memory
+    (one inline-PTX call a lane) route exactly as the registers' form: ids and weights bit for bit, the same programs
+    redone, on random rows, rows whose winners crowd one group (its cache runs out and the row takes the exact path),
+    rows with -inf and NaN lanes, at depths 6 and 7 and on the fast keys. The interpreter keeps the registers' form
+    (PTX), so on the CPU this checks that the launch gets the flag and still routes like the reference; the asm's
+    layout is checked offline by test_sass."""
+    import moegate.kernels.router as kr
+
+    E, K = config.num_experts, config.top_k
+    monkeypatch.setattr(kr, "launch_override", (1, 1))
+    monkeypatch.setattr(kr, "kept_only_override", False)
+    monkeypatch.setattr(kr, "scalar_checks_override", False)
+    seen = _spy_launches(monkeypatch)
+    g = torch.Generator().manual_seed(E + K)
+    x = torch.randn(40, E, generator=g)
+    vec = 4 if dtype == torch.float32 else 8
+    for r in range(12, 18):  # every lane of group r % 32 raised: its cache runs out
+        lanes = [b * 32 * vec + vec * (r % 32) + v for b in range(-(-E // (32 * vec))) for v in range(vec)]
+        x[r, [lane for lane in lanes if lane < E]] += 6.0
+    x[20, 5:300:7] = float("-inf")
+    x[21, 17] = float("nan")
+    x = x.to(dtype).to(DEVICE)
+    bias = (torch.randn(E, generator=g) * 0.01).to(DEVICE)
+    want = route(x, config, backend="reference", bias=bias)
+    for depth, approx in ((6, False), (7, False), (6, True)):
+        monkeypatch.setattr(kr, "cache_rounds_override", depth)
+        monkeypatch.setattr(kr, "approx_keys_override", approx)
+        outs = {}
+        for smem in (False, True):
+            monkeypatch.setattr(kr, "cache_smem_override", smem)
+            weights = torch.full((x.shape[0], K), float("nan"), device=DEVICE)
+            ids = torch.full((x.shape[0], K), -7, dtype=torch.int32, device=DEVICE)
+            _, counts = _counted(x, config, bias=bias, out=(weights, ids))
+            launch = seen[-1]
+            assert launch["CACHE_DEPTH"] == depth and launch["CACHE_SMEM"] is smem and launch["BLOCK_KC"] == 32
+            outs[smem] = (ids, weights, counts)
+        torch.testing.assert_close(outs[True][0], want.ids, rtol=0, atol=0)
+        torch.testing.assert_close(outs[True][1], want.weights, **TOLERANCES["default"])
+        assert torch.equal(outs[True][0], outs[False][0]) and torch.equal(outs[True][1], outs[False][1])
+        assert outs[True][2] == outs[False][2], (depth, approx, outs[True][2], outs[False][2])
+        assert outs[True][2][0] >= 6, outs[True][2]  # the crowded rows at least went to the exact path
+
+
+def test_cache_smem_where_it_applies(monkeypatch):
+    """CACHE_SMEM reaches a launch only with the cached rounds on 32 word columns (one row a one-warp program, top-16
+    and beyond) and without the rounds' scalar checks; cache_smem_override forces it off or on there only."""
+    import moegate.kernels.router as kr
+
+    sig = dict(scoring="sigmoid", has_correction_bias=True)
+    monkeypatch.setattr(kr, "CACHE_SMEM", True)
+    for E, K, T, want in ((512, 22, 65536, True), (896, 16, 65536, True), (896, 16, 4096, True),
+                          (512, 10, 65536, False), (256, 8, 65536, False), (512, 22, 1, False)):
+        seen = _launch_kwargs(torch.empty(T, E), RouterConfig(E, K, **sig), bias=torch.zeros(E))
+        assert seen["CACHE_SMEM"] is want, (E, K, T, seen["CACHE_SMEM"], seen["CACHE_DEPTH"], seen["SCALAR_CHECKS"])
+        assert not want or (seen["CACHE_DEPTH"] > 0 and seen["BLOCK_KC"] == 32 and not seen["SCALAR_CHECKS"])
+    monkeypatch.setattr(kr, "cache_smem_override", False)
+    assert _launch_kwargs(torch.empty(65536, 512), RouterConfig(512, 22, **sig), bias=torch.zeros(512))[
+        "CACHE_SMEM"] is False
+    monkeypatch.setattr(kr, "CACHE_SMEM", False)
+    monkeypatch.setattr(kr, "cache_smem_override", True)
+    assert _launch_kwargs(torch.empty(65536, 512), RouterConfig(512, 22, **sig), bias=torch.zeros(512))[
+        "CACHE_SMEM"] is True
+    assert _launch_kwargs(torch.empty(65536, 256), RouterConfig(256, 8, **sig), bias=torch.zeros(256))[
+        "CACHE_SMEM"] is False
+
+
 def test_shift_words_where_the_launcher_takes_them(monkeypatch):
     """SHIFT_WORDS on one row a program beyond top-16 (SHIFT_WORDS_MIN_K), at every T; off up to top-16 and on
     launches of several rows a program; shift_words_override forces it either way on one row a program only."""

@@ -744,6 +744,8 @@ AB_VARIANTS["rows-a-warp-no-lean"] = {"warp_rows_override": True, "WARP_ROWS_LEA
 # ... DeepSeek-V3's kept lanes' keys (bf16 / fp16 logits) from the first pass's through shared memory, not read and
 # scored again (WARP_ROWS_SMEM_KEPT on; the launcher's own choice of kernel otherwise)
 AB_VARIANTS["rows-smem-kept"] = {"WARP_ROWS_SMEM_KEPT": True}
+# ... the cached rounds (512 top-22, 896 top-16) with each group's cache in shared memory (CACHE_SMEM on)
+AB_VARIANTS["cache-smem"] = {"CACHE_SMEM": True}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}
 AB_VARIANTS["rows-a-warp-extra0"] = {"warp_rows_override": True, "WARP_ROWS_EXTRA": 0}
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one

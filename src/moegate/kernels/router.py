@@ -303,6 +303,15 @@ CACHE_MIN_LANES = 512
 CACHE_MIN_K = 8
 CACHE_DEEP_MAX_TOKENS = 16384
 cache_rounds_override: int | None = None
+# CACHE_SMEM (off; 2026-12-07, built without a GPU and not yet run on one): the cached rounds with each group's cache
+# in shared memory (the kernel's _cache_rounds_smem, one inline-PTX call a lane), where a round's pop is a predicated
+# load and add instead of CACHE_DEPTH - 1 selects on every lane: sm_90 SASS of the fast path at T = 65536, 512 top-22
+# 916 -> 832 instructions a row, 375 -> 254 on the ALU pipe (which binds it: docs/kernel.md), 896 top-16 900 -> 870 and
+# 467 -> 376. For one-warp rows with 32 word columns (top-16 and beyond) without the rounds' scalar checks; the
+# interpreter keeps the registers' form. test_cache_smem_rounds_route_bit_for_bit_alike compares the two on a GPU.
+# cache_smem_override forces it on or off where it applies (tests, --ab-variants cache-smem).
+CACHE_SMEM = False
+cache_smem_override: bool | None = None
 # Softmax without renormalization (no bias: truncated score words) of bf16 / fp16 logits selects on words of the
 # logits' own bits (the kernel's TRUNC_LOGIT_WORDS; checks as the logit keys'), where the truncated scores flagged every
 # exact tie (CPU survey 2026-12-05: 9-22% of bf16 OLMoE, DeepSeek-V2(-Lite), Qwen1.5-MoE programs redone, fp32 ~0%).
@@ -732,6 +741,9 @@ def _launch(
     cache_depth = (_cache_depth(block_g * block_gs, spec.K, T) if cache_rounds_override is None
                    else cache_rounds_override)
     cache_depth = cache_depth if cache_able else 0
+    block_kc = _pow2(spec.K + spec.C + (2 if approx_repair else 1 if spec.block_m == 1 else 0))
+    cache_smem = bool(cache_depth and block_kc == 32 and not scalar_checks
+                      and (CACHE_SMEM if cache_smem_override is None else cache_smem_override))
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
                             spec.SPLIT_ROWS, heavy_words=bool(dist_shift or logit_keys))
     if maxnreg:
@@ -789,7 +801,7 @@ def _launch(
         LANE_BITS=lane_bits, TRUNCATE_WORDS=select_truncated,
         BLOCK_G=block_g, BLOCK_GS=block_gs,
         # One row a program: one more column for the (K + 1)-th round's word of the margin checks (two with the repair).
-        BLOCK_KC=_pow2(spec.K + spec.C + (2 if approx_repair else 1 if spec.block_m == 1 else 0)),
+        BLOCK_KC=block_kc,
         DIST_SHIFT=dist_shift,
         HAS_SCALE=logit_scale != 1.0, TILE_WEIGHTS=tile_weights, APPROX_KEYS=approx_keys, APPROX_REPAIR=approx_repair,
         LOGIT_KEYS=logit_keys, LOGIT_DROP=logit_drop,
@@ -800,7 +812,7 @@ def _launch(
         BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs, SCALAR_CHECKS=scalar_checks,
         KEPT_ONLY=kept_only, NAN_DEAD_OK=nan_dead_override is not False, ROWS_IN_RANGE=spec.block_m == 1 and T >= 1,
         EXACT32=(spec.num_warps == 1 and block_g * block_gs >= 1024) if exact32_override is None else exact32_override,
-        CACHE_DEPTH=cache_depth, CACHE_VEC=cache_vec, TRUNC_LOGIT_WORDS=trunc_logit_words,
+        CACHE_DEPTH=cache_depth, CACHE_VEC=cache_vec, CACHE_SMEM=cache_smem, TRUNC_LOGIT_WORDS=trunc_logit_words,
         SHIFT_WORDS=spec.block_m == 1 and (spec.K >= SHIFT_WORDS_MIN_K if shift_words_override is None
                                            else shift_words_override),
         PREFETCH_ROWS=prefetch_rows, PREFETCH_LINES=-(-row_bytes // 128) if prefetch_rows else 0,

@@ -559,6 +559,47 @@ def _cache_next(f3, c):
     return tl.where(nxt < c, nxt, INT32_MIN)  # wrapped (past the padding) or back at the top: none left
 
 
+def _cache_rounds_asm(depth: int, rounds: int) -> str:
+    """PTX for _cache_rounds_smem: the rounds on cached words with each group's cache in shared memory (one row a
+    one-warp program, a group a lane). Operands: $0 the word of round idx (INT32_MIN from idx = rounds), $1 the
+    group's head after the last round, $2..$9 the group's cached words c0..c7 (decreasing; the first depth are
+    read), $10 the group's index idx (0-31). The lane's slots hold c1.. then INT32_MIN to the last pop a row can
+    make (rounds - 1), so a popped-out group reads INT32_MIN as the register shift did. A round: the head that
+    equals the round's max pops (a predicated load and add), then one REDUX; the round's word goes to a slot of its
+    own, which every lane writes alike and reads back by its own idx (no lane reads another's store)."""
+    n = -(-max(depth, rounds - 1) // 4) * 4  # slots a lane
+    slot = [f"${3 + j}" for j in range(depth - 1)] + ["0x80000000"] * (n - depth + 1)
+    idx = "$10"
+    lines = ["{", ".reg .pred q;", ".reg .b32 a, h, m, w, z;", f".shared .align 16 .b32 mgc[{32 * n}];",
+             f".shared .align 16 .b32 mgr[{-(-rounds // 4) * 4}];", "mov.u32 a, mgc;",
+             f"mad.lo.u32 a, {idx}, {4 * n}, a;", "mov.b32 z, 0x80000000;"]
+    for j in range(0, n, 4):
+        regs = ",".join(r if r.startswith("$") else "z" for r in slot[j:j + 4])
+        lines.append(f"st.shared.v4.b32 [a+{4 * j}], {{{regs}}};")
+    lines += ["mov.u32 w, mgr;", "mov.b32 h, $2;", "redux.sync.max.s32 m, h, -1;", "st.shared.b32 [w], m;"]
+    for i in range(1, rounds):
+        lines += ["setp.eq.s32 q, h, m;", "@q ld.shared.b32 h, [a];", "@q add.u32 a, a, 4;",
+                  "redux.sync.max.s32 m, h, -1;", f"st.shared.b32 [w+{4 * i}], m;"]
+    lines += [f"setp.lt.u32 q, {idx}, {rounds};", f"mad.lo.u32 w, {idx}, 4, w;", "mov.b32 $0, z;",
+              "@q ld.shared.b32 $0, [w];", "mov.b32 $1, h;", "}"]
+    return " ".join(lines)
+
+
+_cache_rounds_ptx = triton.constexpr_function(_cache_rounds_asm)
+
+
+@triton.jit
+def _cache_rounds_smem(c0, c1, c2, c3, c4, c5, c6, c7, DEPTH: tl.constexpr, ROUNDS: tl.constexpr):
+    """The rounds on cached words (CACHE_SMEM) in one inline-PTX call a lane: c0..c(DEPTH - 1) [32] the 32 groups'
+    cached words, a group a lane (test_sass checks the layout) -> (wk [32]: round i's word at i, INT32_MIN from
+    ROUNDS; the groups' heads after the last round). The same words as the register form, whose pop shifts every
+    lane's cache by DEPTH - 1 selects a round: here a predicated shared-memory load and add."""
+    ASM: tl.constexpr = _cache_rounds_ptx(DEPTH, ROUNDS)
+    idx = tl.arange(0, 32) + c0 * 0
+    return tl.inline_asm_elementwise(ASM, "=r,=r,r,r,r,r,r,r,r,r,r", [c0, c1, c2, c3, c4, c5, c6, c7, idx],
+                                     dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+
+
 @triton.jit
 def _top2_combine(a1, a2, b1, b2):
     """The two largest of two (largest, second) pairs, a repeated largest counted twice."""
@@ -1326,6 +1367,7 @@ def _route_kernel(
     CACHE_DEPTH: tl.constexpr,  # one row a program: rounds on the top CACHE_DEPTH words of 32 lane groups (0: off)
     CACHE_VEC: tl.constexpr,  # ... a group: lanes r * 32 * CACHE_VEC + g * CACHE_VEC + v (a thread's own lanes)
     SHIFT_WORDS: tl.constexpr,  # one row a program: the rounds' words shifted a column a round, not selected
+    CACHE_SMEM: tl.constexpr,  # CACHE_DEPTH, one warp: the cached rounds with the caches in shared memory (GPU only)
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
@@ -1606,7 +1648,14 @@ def _route_kernel(
                 c7 = _cache_next(f3, c6) if CACHE_DEPTH > 7 else none
                 c_last = (c1, c2, c3, c4, c5, c6, c7)[CACHE_DEPTH - 2]  # the deepest cached word
                 full = c_last > INT32_MIN  # the group may hold more than its cache
-            for i in tl.static_range(1, ROUNDS):
+            # Each group's cache in shared memory (_cache_rounds_smem; PTX, so the interpreter keeps the registers'
+            # form): a pop is a predicated load, where the register shift took CACHE_DEPTH - 1 selects a round on every
+            # lane. Round i's word at column i.
+            SMEM_ROUNDS: tl.constexpr = CACHE_SMEM and ACCURATE
+            if SMEM_ROUNDS:
+                tl.static_assert((CACHE_DEPTH > 0) and (BLOCK_KC == 32) and not SCALAR_CHECKS)
+                wk, c0 = _cache_rounds_smem(c0, c1, c2, c3, c4, c5, c6, c7, CACHE_DEPTH, ROUNDS)
+            for i in tl.static_range(1, 1 if SMEM_ROUNDS else ROUNDS):
                 # The next word down without marking the winners: word - best, as unsigned, is above 2**31
                 # for the allowed words under best (larger for larger words), and at most 2**31 for best
                 # itself, the words above it and INT32_MIN lanes. One add and one max a lane, where marking
@@ -1646,7 +1695,7 @@ def _route_kernel(
             # Round i + 1's word at i: wk one column on (a shuffle; the launcher gives one row a program a column
             # for each round), INT32_MIN past the rounds.
             tl.static_assert(ROUNDS <= BLOCK_KC, "one row a program keeps every round's word in wk")
-            if SHIFT_WORDS:  # round ROUNDS - 1 - j's word at j: reversed (one shuffle)
+            if SHIFT_WORDS and not SMEM_ROUNDS:  # round ROUNDS - 1 - j's word at j: reversed (one shuffle)
                 wk = tl.where(f_col < ROUNDS, tl.gather(wk, tl.maximum(ROUNDS - 1 - f_col, 0), 0), INT32_MIN)
             wn = tl.gather(wk, tl.minimum(f_col + 1, BLOCK_KC - 1), 0)
             wn = tl.where(f_col + 1 < ROUNDS, wn, INT32_MIN)
