@@ -746,6 +746,9 @@ AB_VARIANTS["rows-a-warp-no-lean"] = {"warp_rows_override": True, "WARP_ROWS_LEA
 AB_VARIANTS["rows-smem-kept"] = {"WARP_ROWS_SMEM_KEPT": True}
 # ... the cached rounds (512 top-22, 896 top-16) with each group's cache in shared memory (CACHE_SMEM on)
 AB_VARIANTS["cache-smem"] = {"CACHE_SMEM": True}
+# ... and on the fast sigmoid keys (512 top-22 keeps the exact FMA keys: with the ALU pipe's load cut, the 23% fewer
+# instructions of the fast keys may pay where they did not, docs/kernel.md)
+AB_VARIANTS["cache-smem-fast-keys"] = {"CACHE_SMEM": True, "approx_keys_override": True}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}
 AB_VARIANTS["rows-a-warp-extra0"] = {"warp_rows_override": True, "WARP_ROWS_EXTRA": 0}
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one
