@@ -76,11 +76,12 @@ PATH_KNOBS = {
     "trunc_logit_words_override": (None, True, False),
     "logit_span_override": (None, None, 0, 2),
     "shift_words_override": (None, True, False),
+    "cache_smem_override": (None, True, False),  # last: the draws above keep their seeds' values
 }
 # The kernel's constexprs that name a path (--force-paths counts each launch's).
 PATH_FLAGS = ("APPROX_KEYS", "APPROX_REPAIR", "FMA_KEYS", "LOGIT_KEYS", "FORCE_EXACT", "TILE_WEIGHTS", "BIAS_EARLY",
               "WINNERS_IN_REGS", "SCALAR_CHECKS", "KEPT_ONLY", "PAIR_EXACT", "EXACT32", "CACHE_DEPTH",
-              "TRUNC_LOGIT_WORDS", "SHIFT_WORDS")
+              "TRUNC_LOGIT_WORDS", "SHIFT_WORDS", "CACHE_SMEM")
 
 
 def draw_paths(seed: int) -> dict:

@@ -72,14 +72,17 @@ def run_case(seed: int, max_tokens: int, device: str, stats: torch.Tensor) -> st
     config, layout, x, bias = case
     # _repair on or off, with or without a word past the first loser, a row on 8, 16 or 32 threads, a bias of another
     # dtype on the kept lanes or not, the epilogue on the winners' tile or the words', the kept groups by rounds or
-    # by counting, the words past the loser found lazily or not, the lean forms or not (the launcher's constants)
+    # by counting, the words past the loser found lazily or not, the lean forms or not, the kept lanes' keys through
+    # shared memory or not (the launcher's constants)
     saved = (kr.WARP_ROWS_REPAIR, kr.WARP_ROWS_EXTRA, kr.WARP_ROWS_THREADS, kr.WARP_ROWS_MIXED_KEPT,
-             kr.WARP_ROWS_NARROW, kr.WARP_ROWS_GROUP_ROUNDS, kr.WARP_ROWS_LAZY_EXTRA, kr.WARP_ROWS_LEAN)
+             kr.WARP_ROWS_NARROW, kr.WARP_ROWS_GROUP_ROUNDS, kr.WARP_ROWS_LAZY_EXTRA, kr.WARP_ROWS_LEAN,
+             kr.WARP_ROWS_SMEM_KEPT)
     kr.WARP_ROWS_REPAIR, kr.WARP_ROWS_EXTRA = rng.random() < 0.9, rng.choice((0, 1, 1))
     kr.WARP_ROWS_THREADS = rng.choice((8, 8, 16, 32))
     kr.WARP_ROWS_MIXED_KEPT, kr.WARP_ROWS_NARROW = rng.random() < 0.8, rng.random() < 0.8
     kr.WARP_ROWS_GROUP_ROUNDS, kr.WARP_ROWS_LAZY_EXTRA = rng.random() < 0.8, rng.random() < 0.8
     kr.WARP_ROWS_LEAN = rng.random() < 0.5  # its PTX forms on the GPU only (the interpreter runs the plain ones)
+    kr.WARP_ROWS_SMEM_KEPT = rng.random() < 0.5  # PTX too: where it applies (DeepSeek-V3's kept lanes, 16-bit logits)
     kr.warp_rows_override, kr.count_fallbacks_into = True, stats
     try:
         with kr.recorded_launches() as seen:
@@ -87,7 +90,8 @@ def run_case(seed: int, max_tokens: int, device: str, stats: torch.Tensor) -> st
     finally:
         kr.warp_rows_override, kr.count_fallbacks_into = None, None
         (kr.WARP_ROWS_REPAIR, kr.WARP_ROWS_EXTRA, kr.WARP_ROWS_THREADS, kr.WARP_ROWS_MIXED_KEPT,
-         kr.WARP_ROWS_NARROW, kr.WARP_ROWS_GROUP_ROUNDS, kr.WARP_ROWS_LAZY_EXTRA, kr.WARP_ROWS_LEAN) = saved
+         kr.WARP_ROWS_NARROW, kr.WARP_ROWS_GROUP_ROUNDS, kr.WARP_ROWS_LAZY_EXTRA, kr.WARP_ROWS_LEAN,
+         kr.WARP_ROWS_SMEM_KEPT) = saved
     want = route(x, config, layout, bias=bias, backend="reference")
     inside = ~outside_domain(x, config)
     wrong = []
