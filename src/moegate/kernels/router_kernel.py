@@ -568,14 +568,13 @@ def _cache_rounds_asm(depth: int, rounds: int) -> str:
     equals the round's max pops (a predicated load and add), then one REDUX; the round's word goes to a slot of its
     own, which every lane writes alike and reads back by its own idx (no lane reads another's store)."""
     n = -(-max(depth, rounds - 1) // 4) * 4  # slots a lane
-    slot = [f"${3 + j}" for j in range(depth - 1)] + ["0x80000000"] * (n - depth + 1)
+    slot = [f"${3 + j}" for j in range(depth - 1)] + ["z"] * (n - depth + 1)  # c1.., then INT32_MIN (z)
     idx = "$10"
     lines = ["{", ".reg .pred q;", ".reg .b32 a, h, m, w, z;", f".shared .align 16 .b32 mgc[{32 * n}];",
              f".shared .align 16 .b32 mgr[{-(-rounds // 4) * 4}];", "mov.u32 a, mgc;",
              f"mad.lo.u32 a, {idx}, {4 * n}, a;", "mov.b32 z, 0x80000000;"]
     for j in range(0, n, 4):
-        regs = ",".join(r if r.startswith("$") else "z" for r in slot[j:j + 4])
-        lines.append(f"st.shared.v4.b32 [a+{4 * j}], {{{regs}}};")
+        lines.append(f"st.shared.v4.b32 [a+{4 * j}], {{{','.join(slot[j:j + 4])}}};")
     lines += ["mov.u32 w, mgr;", "mov.b32 h, $2;", "redux.sync.max.s32 m, h, -1;", "st.shared.b32 [w], m;"]
     for i in range(1, rounds):
         lines += ["setp.eq.s32 q, h, m;", "@q ld.shared.b32 h, [a];", "@q add.u32 a, a, 4;",
