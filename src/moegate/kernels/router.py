@@ -601,6 +601,12 @@ def _pdl_capable(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
+@functools.cache
+def _redux_capable(device_index: int) -> bool:
+    """A warp's redux.sync (CACHE_SMEM's rounds) needs sm_80 or newer."""
+    return torch.cuda.get_device_capability(device_index)[0] >= 8
+
+
 def _pdl_wanted(num_tokens: int, thread_rows: bool, split: int, num_warps: int) -> bool:
     """Whether the launcher asks for programmatic dependent launch on a device that has it (see PDL_MAX_TOKENS)."""
     if use_pdl_override is not None:
@@ -743,7 +749,9 @@ def _launch(
     cache_depth = cache_depth if cache_able else 0
     block_kc = _pow2(spec.K + spec.C + (2 if approx_repair else 1 if spec.block_m == 1 else 0))
     cache_smem = bool(cache_depth and block_kc == 32 and not scalar_checks
-                      and (CACHE_SMEM if cache_smem_override is None else cache_smem_override))
+                      and (CACHE_SMEM if cache_smem_override is None else cache_smem_override)
+                      and (logits.device.type != "cuda" or _redux_capable(
+                          logits.device.index if logits.device.index is not None else torch.cuda.current_device())))
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
                             spec.SPLIT_ROWS, heavy_words=bool(dist_shift or logit_keys))
     if maxnreg:
