@@ -312,20 +312,30 @@ def main(argv=None) -> int:
     p.add_argument("--warps", type=int, help="warps a program (one row a program): the launcher's choice otherwise")
     p.add_argument("--warp-rows", action="store_true",
                    help="the rows-on-warps kernel's launch (kernels/warp_rows_kernel.py), forced on")
+    p.add_argument("--row-stride", type=int,
+                   help="the logits' row stride in elements (rows padded past the experts; default: contiguous rows)")
+    p.add_argument("--bias-dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                   help="the correction bias's dtype")
     p.add_argument("--dump", help="write the SASS of the last shape to this file (and its TTGIR to FILE.ttgir)")
     p.add_argument("--path", action="store_true",
                    help="print the fast path's SASS in issue order, each instruction with its source line")
     p.add_argument("--lines", action="store_true",
                    help="attribute the fast path's instructions to source lines (the cubin's line table)")
     a = p.parse_args(argv)
+    if a.row_stride is not None and a.row_stride < 1:
+        p.error(f"--row-stride must be >= 1, not {a.row_stride}")
     for name, value in _parse_settings(p, a.set).items():
         setattr(kr, name, value)
     for name in a.shapes:
         config, dtype = SHAPES[name]
         # Rows of the counted T (values do not matter, nothing runs): the launcher's T-dependent choices (split
         # rows, fast keys, PDL, launch shape) are those of a real launch.
-        logits = torch.zeros(a.tokens, config.num_scored, dtype=dtype)
-        bias = torch.randn(config.num_scored) * 0.1 if config.has_correction_bias else None
+        stride = config.num_scored if a.row_stride is None else a.row_stride
+        if stride < config.num_scored:
+            p.error(f"--row-stride {stride}: below the {config.num_scored} experts of {name}")
+        logits = torch.zeros(a.tokens, stride, dtype=dtype)[:, :config.num_scored]
+        bias = (torch.randn(config.num_scored) * 0.1).to(getattr(torch, a.bias_dtype)) \
+            if config.has_correction_bias else None
         layout = ExpertLayout()
         split = kr._split_threads(config, a.tokens)
         block_m, num_warps = kr._launch_shape(a.tokens, kr._tile_shape(config)[0] * kr._tile_shape(config)[1],

@@ -1432,6 +1432,13 @@ def test_cache_smem_where_it_applies(monkeypatch):
         seen = _launch_kwargs(torch.empty(T, E), RouterConfig(E, K, **sig), bias=torch.zeros(E))
         assert seen["CACHE_SMEM"] is want, (E, K, T, seen["CACHE_SMEM"], seen["CACHE_DEPTH"], seen["SCALAR_CHECKS"])
         assert not want or (seen["CACHE_DEPTH"] > 0 and seen["BLOCK_KC"] == 32 and not seen["SCALAR_CHECKS"])
+    # Its PTX takes a group a lane, the layout of 16-byte loads of contiguous rows 16 elements apart: strided,
+    # padded (520) or misaligned logits keep the registers' rounds (test_sass.py checks the layouts).
+    c512, b512 = RouterConfig(512, 22, **sig), torch.zeros(512)
+    for x in (torch.empty(65536, 1024)[:, ::2], torch.empty(65536, 520)[:, :512],
+              torch.empty(65536 * 512 + 1)[1:].view(65536, 512), torch.empty(512, 65536).t()):
+        seen = _launch_kwargs(x, c512, bias=b512)
+        assert seen["CACHE_DEPTH"] > 0 and seen["CACHE_SMEM"] is False, (x.stride(), x.data_ptr() % 16)
     monkeypatch.setattr(kr, "cache_smem_override", False)
     assert _launch_kwargs(torch.empty(65536, 512), RouterConfig(512, 22, **sig), bias=torch.zeros(512))[
         "CACHE_SMEM"] is False

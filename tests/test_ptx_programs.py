@@ -47,12 +47,13 @@ def test_cache_rounds_program_pops_as_the_register_shift(depth, rounds):
     """_cache_rounds_asm: lane idx's first output is round idx's word (INT32_MIN from idx = rounds), its second its
     group's head after the last round, exactly as the register form's; on caches that hold more than the rounds pop,
     fewer (a group's cache runs out: its head INT32_MIN from then on), and fewer real words than rounds in the whole
-    row (every head runs out and every lane keeps popping: the slots of INT32_MIN must reach that far). The groups on
+    row (every head runs out and every lane keeps popping, with no real word at all the whole way from the first
+    round: the slots of INT32_MIN must reach that far). The groups on
     the lanes in order (the compiled layout) and permuted (the program reads only its own idx)."""
     ptx = _cache_rounds_asm(depth, rounds)
     rng = random.Random(depth * 100 + rounds)
-    for case in range(25):
-        real = (2, rounds - 5, rounds + 3, 4 * rounds, 32 * depth)[case % 5]
+    for case in range(28):
+        real = (0, 1, 2, rounds - 5, rounds + 3, 4 * rounds, 32 * depth)[case % 7]
         caches = _caches(rng, depth, real)
         order = list(range(32)) if case % 2 else rng.sample(range(32), 32)
         operands = [[v & MASK for v in caches[g]] + [INT32_MIN & MASK] * (8 - depth) + [g] for g in order]

@@ -266,3 +266,44 @@ def test_cache_smem_asm_sees_the_layout_it_assumes(shape, rounds, alu_before, al
                         r"order = \[2, 1, 0\]\}", layouts[calls[0]]), layouts[calls[0]]
     assert len(re.findall(r"@!?P\d+ LDS R", (tmp_path / "kTrue.sass").read_text())) == rounds
     assert alu[False] <= alu_before + 8 and alu[True] <= alu_after + 8 and alu[True] < 0.85 * alu[False], alu
+
+
+def _packed_layouts_ok(ttgir: str) -> tuple[int, int, int, bool]:
+    """(packed round steps, kept-lane exchanges, cached-round calls, every one on the layout its PTX assumes)."""
+    layouts = dict(re.findall(r"^(#blocked\d*) = #ttg\.blocked<(.*)>$", ttgir, re.M))
+    steps = re.findall(r"sub\.u32 a, .*packed_element = 4 : i32.*: tensor<\d+x\d+x\d+xi32, (#blocked\d*)>", ttgir)
+    kept = re.findall(r"\.b32 mgk\[\d+\].*packed_element = 32 : i32.*: tensor<\d+x4x64xi32, (#blocked\d*)>", ttgir)
+    cache = re.findall(r"\.b32 mgc\[\d+\].*-> tensor<32xi32, #ttg\.slice<\{dim = 0, parent = #ttg\.slice<\{dim = 2, "
+                       r"parent = (#blocked\d*)\}>\}>>, tensor<32xi32", ttgir)
+    ok = all(re.search(r"sizePerThread = \[1, 1, (\d+)\].*order = \[2,", layouts[k])
+             and int(re.search(r"sizePerThread = \[1, 1, (\d+)\]", layouts[k]).group(1)) % 4 == 0 for k in steps)
+    ok &= all(re.match(r"\{sizePerThread = \[1, 1, 8\], threadsPerWarp = \[4, 1, 8\], warpsPerCTA = \[\d, 1, 1\], "
+                       r"order = \[2, 0, 1\]\}", layouts[k]) is not None for k in kept)
+    ok &= all(re.match(r"\{sizePerThread = \[1, 1, \d+\], threadsPerWarp = \[1, 32, 1\], warpsPerCTA = \[1, 1, 1\], "
+                       r"order = \[2, 1, 0\]\}", layouts[k]) is not None for k in cache)
+    ok &= ttgir.count("mgk[") == len(kept) and ttgir.count("mgc[") == len(cache)
+    return len(steps), len(kept), len(cache), ok
+
+
+@pytest.mark.parametrize("shape,stride,bias,want", [
+    ("deepseek-v3-bf16", 256, "bfloat16", (8, 1, 0)),
+    ("deepseek-v3-bf16", 264, "bfloat16", (0, 0, 0)),  # rows 16-byte aligned, not 16 elements apart
+    ("deepseek-v3-fp32", 260, "float32", (0, 0, 0)),
+    ("deepseek-v3-fp32", 272, "float32", (8, 0, 0)),
+    ("512-top22", 512, "float32", (0, 0, 1)),
+    ("512-top22", 520, "float32", (0, 0, 0)),
+])
+def test_layout_bound_ptx_only_on_the_layouts_it_assumes(shape, stride, bias, want, tmp_path):
+    """The PTX forms that assume a layout (WARP_ROWS_LEAN's packed round steps: four adjacent lanes of one row a call;
+    WARP_ROWS_SMEM_KEPT's exchange; CACHE_SMEM's rounds: a group a lane) are launched only where Triton gives their
+    operands that layout: the loads' layout follows the logits' row stride, which Triton specializes on when it is a
+    multiple of 16 elements. Rows padded to 260 or 264 elements (16-byte aligned all the same) put a kept lane a
+    thread with four rows in its registers, where a packed step took the max across the rows (wrong ids on a GPU
+    before 2026-12-07's fix): the launcher then keeps the compiler's forms (_row_stride_16). Both off-by-default forms
+    forced on here."""
+    dump = tmp_path / "k.sass"
+    _sass_count(shape, "--tokens", "65536", *(["--warp-rows"] if shape.startswith("deepseek") else []),
+                "--row-stride", str(stride), "--bias-dtype", bias, "--set", "WARP_ROWS_SMEM_KEPT=True",
+                "--set", "CACHE_SMEM=True", "--dump", str(dump))
+    steps, kept, cache, ok = _packed_layouts_ok((tmp_path / "k.sass.ttgir").read_text())
+    assert (steps, kept, cache) == want and ok, (steps, kept, cache, ok)

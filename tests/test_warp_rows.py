@@ -174,6 +174,30 @@ def test_half_logits_and_biases(logits_dtype, bias_dtype, forced):
         assert forced[0]["BIAS_BY_OFFSET"] is (forced[0]["KEPT"] and logits_dtype == bias_dtype)
 
 
+@pytest.mark.parametrize("stride,logits_dtype,bias_dtype", [
+    (260, torch.float32, torch.float32), (264, torch.float32, torch.float32), (264, torch.bfloat16, torch.bfloat16),
+    (264, torch.bfloat16, torch.float32), (272, torch.bfloat16, torch.bfloat16), (288, torch.float32, torch.float32),
+])
+def test_padded_rows_route_like_the_reference(stride, logits_dtype, bias_dtype, forced, monkeypatch):
+    """Logits whose rows lie `stride` elements apart (a view of a wider buffer: 16-byte aligned rows, the kernel takes
+    them) route like the reference into poisoned outputs, the lean forms and the kept lanes through shared memory on.
+    A stride that is not a multiple of 16 elements changes the loads' layout (Triton specializes on it), on which
+    the packed round steps took the max across four rows (wrong ids on a GPU); the launcher keeps the compiler's
+    forms there (ROW_STRIDE_16; test_sass.py checks the layouts)."""
+    monkeypatch.setattr(kr, "WARP_ROWS_LEAN", True)
+    monkeypatch.setattr(kr, "WARP_ROWS_SMEM_KEPT", True)
+    config = CONFIGS["deepseek-v3"]
+    for T in TOKENS:
+        base = _logits(T, stride, logits_dtype, seed=T + stride)
+        logits = base[:, :256]
+        assert logits.stride(0) == stride and logits.data_ptr() % 16 == 0
+        forced.clear()
+        run_both(logits, config, bias=_bias(256, bias_dtype, seed=T))
+        assert forced and "R" in forced[0], "the launch took the router kernel"
+        assert forced[0]["ROW_STRIDE_16"] is (stride % 16 == 0)
+        assert not forced[0]["SMEM_KEPT"] or stride % 16 == 0
+
+
 def _rows_beside_repair_and_exact(T, logits_dtype, bias_dtype, seed):
     """T rows of 256 logits (T > 32) and a bias, with rows on _repair and the exact path among plain ones: eight tied
     winners (row 3: _repair orders them by id), a NaN logit (20), -inf at the best lane (24: its group would be kept)

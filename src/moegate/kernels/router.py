@@ -748,7 +748,11 @@ def _launch(
                    else cache_rounds_override)
     cache_depth = cache_depth if cache_able else 0
     block_kc = _pow2(spec.K + spec.C + (2 if approx_repair else 1 if spec.block_m == 1 else 0))
-    cache_smem = bool(cache_depth and block_kc == 32 and not scalar_checks
+    # Its PTX takes a group's words on one lane and the 32 groups on the warp's 32 lanes: the layout Triton gives
+    # 16-byte loads of contiguous, 16-byte aligned rows (test_sass). Strided or misaligned logits get another one
+    # (several groups a thread, a REDUX over a fraction of them), so those keep the registers' rounds.
+    rows_aligned = logits.stride(1) == 1 and _row_stride_16(logits) and logits.data_ptr() % 16 == 0
+    cache_smem = bool(cache_depth and block_kc == 32 and not scalar_checks and rows_aligned
                       and (CACHE_SMEM if cache_smem_override is None else cache_smem_override)
                       and (logits.device.type != "cuda" or _redux_capable(
                           logits.device.index if logits.device.index is not None else torch.cuda.current_device())))
@@ -887,11 +891,20 @@ def _by_groups(value, grouped: bool):
     return value[grouped] if isinstance(value, tuple) else value
 
 
+def _row_stride_16(logits) -> bool:
+    """The logits' row stride a multiple of 16 elements, which Triton specializes on: only then do the rows-on-warps
+    kernel's loads (and the tiles built from them) take the layouts that its layout-bound PTX forms assume (the packed
+    round steps, the kept lanes through shared memory). A row stride of 260 or 264 elements (16-byte aligned rows
+    all the same) gives the kept lanes' words a lane a thread with the rows on registers, where a packed step would
+    take the max across four rows (sm_90 TTGIR; test_sass.py::test_layout_bound_ptx_only_on_the_layouts_it_assumes)."""
+    return logits.stride(0) % 16 == 0
+
+
 def _smem_kept(spec: _Spec, kept: bool, logits, rows: int, chunks: int, chunk: int) -> bool:
     """WARP_ROWS_SMEM_KEPT where its PTX applies: the kept groups' lanes (4 groups of 32 of 256) of bf16 / fp16 logits
-    on 8 threads a row (a chunk of 64 lanes), 4 or 8 rows a program."""
+    on 8 threads a row (a chunk of 64 lanes), 4 or 8 rows a program, rows a multiple of 16 elements apart."""
     return bool(WARP_ROWS_SMEM_KEPT and kept and logits.element_size() == 2 and chunk == 64 and chunks == 4
-                and rows in (4, 8) and spec.GROUP_SIZE == 32 and spec.TOPK_GROUP == 4)
+                and rows in (4, 8) and spec.GROUP_SIZE == 32 and spec.TOPK_GROUP == 4 and _row_stride_16(logits))
 
 
 def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float, rsf: float, rows: int,
@@ -914,7 +927,7 @@ def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float
         EXTRA=min(WARP_ROWS_EXTRA, words - 1 - spec.K),  # at most `words` words
         FORCE_EXACT=force_exact_override, NARROW=WARP_ROWS_NARROW, GROUP_ROUNDS=WARP_ROWS_GROUP_ROUNDS,
         LAZY_EXTRA=WARP_ROWS_LAZY_EXTRA, LEAN=WARP_ROWS_LEAN,
-        SMEM_KEPT=_smem_kept(spec, kept, logits, rows, chunks, chunk),
+        SMEM_KEPT=_smem_kept(spec, kept, logits, rows, chunks, chunk), ROW_STRIDE_16=_row_stride_16(logits),
         COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(), num_warps=rows * threads // 32, **extra,
     )
 

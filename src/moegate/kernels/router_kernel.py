@@ -566,7 +566,7 @@ def _cache_rounds_asm(depth: int, rounds: int) -> str:
     read), $10 the group's index idx (0-31). The lane's slots hold c1.. then INT32_MIN to the last pop a row can
     make (rounds - 1), so a popped-out group reads INT32_MIN as the register shift did. A round: the head that
     equals the round's max pops (a predicated load and add), then one REDUX; the round's word goes to a slot of its
-    own, which every lane writes alike and reads back by its own idx (no lane reads another's store)."""
+    own, which every lane stores alike, so a lane reading back round idx's word reads a store of its own."""
     n = -(-max(depth, rounds - 1) // 4) * 4  # slots a lane
     slot = [f"${3 + j}" for j in range(depth - 1)] + ["z"] * (n - depth + 1)  # c1.., then INT32_MIN (z)
     idx = "$10"
@@ -595,8 +595,9 @@ def _cache_rounds_smem(c0, c1, c2, c3, c4, c5, c6, c7, DEPTH: tl.constexpr, ROUN
     lane's cache by DEPTH - 1 selects a round: here a predicated shared-memory load and add."""
     ASM: tl.constexpr = _cache_rounds_ptx(DEPTH, ROUNDS)
     idx = tl.arange(0, 32) + c0 * 0
+    # Not pure: a warp collective writing shared memory, which the compiler must neither duplicate nor move.
     return tl.inline_asm_elementwise(ASM, "=r,=r,r,r,r,r,r,r,r,r,r", [c0, c1, c2, c3, c4, c5, c6, c7, idx],
-                                     dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+                                     dtype=(tl.int32, tl.int32), is_pure=False, pack=1)
 
 
 @triton.jit

@@ -206,6 +206,7 @@ def _warp_rows_kernel(
     LAZY_EXTRA: tl.constexpr,  # the EXTRA words past the first loser found only where _repair runs
     LEAN: tl.constexpr,  # forms the compiler does not find: bf16 widening, the kept lanes' words, steps, bias, keys
     SMEM_KEPT: tl.constexpr,  # KEPT, GPU, bf16 / fp16: the kept lanes' keys from the first pass's through shared memory
+    ROW_STRIDE_16: tl.constexpr,  # the row stride a multiple of 16 elements: the layouts the packed round steps assume
     COUNT_FALLBACKS: tl.constexpr,
     ACCURATE: tl.constexpr,
 ):
@@ -354,7 +355,7 @@ def _warp_rows_kernel(
     # 1181 -> 1160, bf16 1175 -> 1152, DeepSeek-V4 1267 -> 1215; no local memory).
     C_FAST: tl.constexpr = K + 1 if LAZY_EXTRA else C
     for i in tl.static_range(1, C_FAST):
-        step = _step_below(word, cur, ASM and KEPT)
+        step = _step_below(word, cur, ASM and KEPT and ROW_STRIDE_16)
         cur = cur + step
         wk = tl.where(kc == i, cur[None, :], wk)
         if KE < KC and i < K:
