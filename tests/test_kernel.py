@@ -1421,17 +1421,24 @@ def test_cache_smem_rounds_route_bit_for_bit_alike(config, dtype, monkeypatch):
 
 
 def test_cache_smem_where_it_applies(monkeypatch):
-    """CACHE_SMEM reaches a launch only with the cached rounds on 32 word columns (one row a one-warp program, top-16
-    and beyond) and without the rounds' scalar checks; cache_smem_override forces it off or on there only."""
+    """CACHE_SMEM reaches a launch by default from top-17 (CACHE_SMEM_MIN_K) and T = 16384 (CACHE_SMEM_MIN_TOKENS:
+    H100 run 197 found it faster there only), always with the cached rounds on 32 word columns (one row a one-warp
+    program) and without the rounds' scalar checks; cache_smem_override forces it off or on there only."""
     import moegate.kernels.router as kr
 
     sig = dict(scoring="sigmoid", has_correction_bias=True)
-    monkeypatch.setattr(kr, "CACHE_SMEM", True)
-    for E, K, T, want in ((512, 22, 65536, True), (896, 16, 65536, True), (896, 16, 4096, True),
-                          (512, 10, 65536, False), (256, 8, 65536, False), (512, 22, 1, False)):
+    assert kr.CACHE_SMEM is True
+    for E, K, T, want in ((512, 22, 65536, True), (512, 22, 16384, True), (512, 17, 32768, True),
+                          (512, 22, 4096, False), (896, 16, 65536, False), (512, 10, 65536, False),
+                          (256, 8, 65536, False), (512, 22, 1, False)):
         seen = _launch_kwargs(torch.empty(T, E), RouterConfig(E, K, **sig), bias=torch.zeros(E))
         assert seen["CACHE_SMEM"] is want, (E, K, T, seen["CACHE_SMEM"], seen["CACHE_DEPTH"], seen["SCALAR_CHECKS"])
         assert not want or (seen["CACHE_DEPTH"] > 0 and seen["BLOCK_KC"] == 32 and not seen["SCALAR_CHECKS"])
+    monkeypatch.setattr(kr, "cache_smem_override", True)  # forced: wherever the rounds and the layout allow
+    for E, K, T, want in ((896, 16, 4096, True), (512, 22, 4096, True), (512, 10, 65536, False), (512, 22, 1, False)):
+        seen = _launch_kwargs(torch.empty(T, E), RouterConfig(E, K, **sig), bias=torch.zeros(E))
+        assert seen["CACHE_SMEM"] is want, (E, K, T, seen["CACHE_SMEM"])
+    monkeypatch.setattr(kr, "cache_smem_override", None)
     # Its PTX takes a group a lane, the layout of 16-byte loads of contiguous rows 16 elements apart: strided,
     # padded (520) or misaligned logits keep the registers' rounds (test_sass.py checks the layouts).
     c512, b512 = RouterConfig(512, 22, **sig), torch.zeros(512)

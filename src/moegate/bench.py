@@ -741,14 +741,17 @@ AB_VARIANTS["rows-a-warp-eager-extra"] = {"warp_rows_override": True, "WARP_ROWS
 # ... the compiler's own forms where WARP_ROWS_LEAN writes its own (bf16 widening, the kept lanes' distance words and
 # round steps in PTX, their wider bias's addresses, their keys' finite check): the fast path before H200 run 186
 AB_VARIANTS["rows-a-warp-no-lean"] = {"warp_rows_override": True, "WARP_ROWS_LEAN": False}
-# ... DeepSeek-V3's kept lanes' keys (bf16 / fp16 logits) from the first pass's through shared memory, not read and
-# scored again (WARP_ROWS_SMEM_KEPT on; the launcher's own choice of kernel otherwise)
+# ... DeepSeek-V3's kept lanes' keys (bf16 / fp16 logits) from the first pass's through shared memory (the default
+# since H100 run 197) or read and scored again (WARP_ROWS_SMEM_KEPT off); the launcher's own choice of kernel otherwise
 AB_VARIANTS["rows-smem-kept"] = {"WARP_ROWS_SMEM_KEPT": True}
-# ... the cached rounds (512 top-22, 896 top-16) with each group's cache in shared memory (CACHE_SMEM on)
-AB_VARIANTS["cache-smem"] = {"CACHE_SMEM": True}
+AB_VARIANTS["rows-no-smem-kept"] = {"WARP_ROWS_SMEM_KEPT": False}
+# ... the cached rounds with each group's cache in shared memory wherever it applies (the launcher takes it from
+# top-17 and T = 16384 only), or nowhere
+AB_VARIANTS["cache-smem"] = {"cache_smem_override": True}
+AB_VARIANTS["no-cache-smem"] = {"cache_smem_override": False}
 # ... and on the fast sigmoid keys (512 top-22 keeps the exact FMA keys: with the ALU pipe's load cut, the 23% fewer
-# instructions of the fast keys may pay where they did not, docs/kernel.md)
-AB_VARIANTS["cache-smem-fast-keys"] = {"CACHE_SMEM": True, "approx_keys_override": True}
+# instructions of the fast keys might pay; H100 run 197: they did not, 75.86 against 74.71 us at T = 65536)
+AB_VARIANTS["cache-smem-fast-keys"] = {"cache_smem_override": True, "approx_keys_override": True}
 AB_VARIANTS["rows-a-warp-no-repair"] = {"warp_rows_override": True, "WARP_ROWS_REPAIR": False}
 AB_VARIANTS["rows-a-warp-extra0"] = {"warp_rows_override": True, "WARP_ROWS_EXTRA": 0}
 # A register cap for ptxas (maxnreg-N): spills where the exact path sets the count, more warps an SM. 80-128 for one

@@ -303,14 +303,18 @@ CACHE_MIN_LANES = 512
 CACHE_MIN_K = 8
 CACHE_DEEP_MAX_TOKENS = 16384
 cache_rounds_override: int | None = None
-# CACHE_SMEM (off; 2026-12-07, built without a GPU and not yet run on one): the cached rounds with each group's cache
-# in shared memory (the kernel's _cache_rounds_smem, one inline-PTX call a lane), where a round's pop is a predicated
-# load and add instead of CACHE_DEPTH - 1 selects on every lane: sm_90 SASS of the fast path at T = 65536, 512 top-22
-# 916 -> 832 instructions a row, 375 -> 254 on the ALU pipe (which binds it: docs/kernel.md), 896 top-16 900 -> 870 and
-# 467 -> 376. For one-warp rows with 32 word columns (top-16 and beyond) without the rounds' scalar checks; the
-# interpreter keeps the registers' form. test_cache_smem_rounds_route_bit_for_bit_alike compares the two on a GPU.
-# cache_smem_override forces it on or off where it applies (tests, --ab-variants cache-smem).
-CACHE_SMEM = False
+# CACHE_SMEM (2026-12-07 night): the cached rounds with each group's cache in shared memory (the kernel's
+# _cache_rounds_smem, one inline-PTX call a lane), where a round's pop is a predicated load and add instead of
+# CACHE_DEPTH - 1 selects on every lane: sm_90 SASS of the fast path at T = 65536, 512 top-22 916 -> 832 instructions
+# a row, 375 -> 254 on the ALU pipe, 896 top-16 900 -> 870 and 467 -> 376. For one-warp rows with 32 word columns
+# without the rounds' scalar checks; the interpreter keeps the registers' form. H100 run 197, the same launches with /
+# without: 512 top-22 T=16384 25.84 / 26.37 us, 32768 43.16 / 45.31, 65536 74.71 / 78.40, but 4096 11.04 / 10.69; 896
+# top-16 slower at every T (65536 105.85 / 102.41, 4096 15.73 / 15.02). So the launcher takes it from top-17
+# (CACHE_SMEM_MIN_K: 18 rounds or more) and T = CACHE_SMEM_MIN_TOKENS. test_cache_smem_rounds_route_bit_for_bit_alike
+# passed there. cache_smem_override forces it on or off where it applies (tests, --ab-variants cache-smem).
+CACHE_SMEM = True
+CACHE_SMEM_MIN_K = 17
+CACHE_SMEM_MIN_TOKENS = 16384
 cache_smem_override: bool | None = None
 # Softmax without renormalization (no bias: truncated score words) of bf16 / fp16 logits selects on words of the
 # logits' own bits (the kernel's TRUNC_LOGIT_WORDS; checks as the logit keys'), where the truncated scores flagged every
@@ -390,12 +394,14 @@ WARP_ROWS_LAZY_EXTRA = True
 # T = 65536, 15.92 / 16.55 at 32768, 10.43 / 10.76 at 16384; fp32 level at 32768 and 65536 (19.03 / 18.98, 30.01 /
 # 30.00); test_lean_forms_route_bit_for_bit_alike passed there (20 cases: the PTX forms give the compiler's bits).
 WARP_ROWS_LEAN = True
-# WARP_ROWS_SMEM_KEPT (off; 2026-12-07 night, not yet run on a GPU): DeepSeek-V3's kept lanes' keys for bf16 / fp16
+# WARP_ROWS_SMEM_KEPT (on since H100 run 197, 2026-12-07 night): DeepSeek-V3's kept lanes' keys for bf16 / fp16
 # logits taken from the first pass's through shared memory (one inline-PTX call a thread: eight 16-byte stores of its
 # keys, a warp barrier, four 16-byte loads of its kept lanes) instead of read and scored again: sm_90 SASS of the fast
 # path 1025 -> 928 instructions a warp of four rows, 96 -> 64 MUFU operations (docs/kernel.md, "The kept lanes' second
-# pass"). The bench's rows-smem-kept turns it on; test_smem_kept_routes_bit_for_bit_alike compares it on a GPU.
-WARP_ROWS_SMEM_KEPT = False
+# pass"). H100 run 197, the same launches with / without: DeepSeek-V3 bf16 T=16384 10.56 / 11.17 us, 32768 16.09 /
+# 16.53, 65536 26.59 / 27.15, 4096 level; test_smem_kept_routes_bit_for_bit_alike passed there (ids and weights bit
+# for bit against the second read). The bench's rows-smem-kept forces it on.
+WARP_ROWS_SMEM_KEPT = True
 warp_rows_override: bool | None = None
 
 
@@ -753,7 +759,8 @@ def _launch(
     # (several groups a thread, a REDUX over a fraction of them), so those keep the registers' rounds.
     rows_aligned = logits.stride(1) == 1 and _row_stride_16(logits) and logits.data_ptr() % 16 == 0
     cache_smem = bool(cache_depth and block_kc == 32 and not scalar_checks and rows_aligned
-                      and (CACHE_SMEM if cache_smem_override is None else cache_smem_override)
+                      and (CACHE_SMEM and spec.K >= CACHE_SMEM_MIN_K and T >= CACHE_SMEM_MIN_TOKENS
+                           if cache_smem_override is None else cache_smem_override)
                       and (logits.device.type != "cuda" or _redux_capable(
                           logits.device.index if logits.device.index is not None else torch.cuda.current_device())))
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
