@@ -613,6 +613,10 @@ def _redux_capable(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index)[0] >= 8
 
 
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def _pdl_wanted(num_tokens: int, thread_rows: bool, split: int, num_warps: int) -> bool:
     """Whether the launcher asks for programmatic dependent launch on a device that has it (see PDL_MAX_TOKENS)."""
     if use_pdl_override is not None:
@@ -627,7 +631,7 @@ def _pdl_wanted(num_tokens: int, thread_rows: bool, split: int, num_warps: int) 
 def _use_pdl(device: torch.device, num_tokens: int, thread_rows: bool, split: int, num_warps: int) -> bool:
     if _interpreting() or device.type != "cuda" or not _pdl_wanted(num_tokens, thread_rows, split, num_warps):
         return False
-    return _pdl_capable(device.index if device.index is not None else torch.cuda.current_device())
+    return _pdl_capable(_device_index(device))
 
 
 def _pdl_trigger(num_tokens: int, block_m: int) -> int:
@@ -761,8 +765,7 @@ def _launch(
     cache_smem = bool(cache_depth and block_kc == 32 and not scalar_checks and rows_aligned
                       and (CACHE_SMEM and spec.K >= CACHE_SMEM_MIN_K and T >= CACHE_SMEM_MIN_TOKENS
                            if cache_smem_override is None else cache_smem_override)
-                      and (logits.device.type != "cuda" or _redux_capable(
-                          logits.device.index if logits.device.index is not None else torch.cuda.current_device())))
+                      and (logits.device.type != "cuda" or _redux_capable(_device_index(logits.device))))
     maxnreg = _register_cap(T, block_g * block_gs, spec.block_m, spec.num_warps, approx_keys and spec.SCORING == 1,
                             spec.SPLIT_ROWS, heavy_words=bool(dist_shift or logit_keys))
     if maxnreg:

@@ -95,17 +95,15 @@ def _smem_kept_asm(R: int, W: int, GS: int, TOPK_GROUP: int) -> str:
     return " ".join(lines)
 
 
-SMEM_KEPT_ASM = tl.constexpr(_smem_kept_asm(4, 256, 32, 4))
-SMEM_KEPT_ASM8 = tl.constexpr(_smem_kept_asm(8, 256, 32, 4))
+_smem_kept_ptx = triton.constexpr_function(_smem_kept_asm)
 SMEM_KEPT_CONSTRAINTS = tl.constexpr(",".join(["=r"] * 32 + ["r"] * 64))
 
 
 @triton.jit
 def _smem_kept(key, slots, R: tl.constexpr, NC: tl.constexpr, LT: tl.constexpr):
     """[R, NC, LT] first-pass key bits (int32), [R] slots -> [R, 4, 32] the kept groups' key bits (slot s, lane
-    4t + e: the kept tile's), through 1 KB of shared memory a row (SMEM_KEPT_ASM, SMEM_KEPT_ASM8 for 8 rows): the
-    second read and keys saved."""
-    ASM_R: tl.constexpr = SMEM_KEPT_ASM if R == 4 else SMEM_KEPT_ASM8
+    4t + e: the kept tile's), through 1 KB of shared memory a row (_smem_kept_asm): the second read and keys saved."""
+    ASM_R: tl.constexpr = _smem_kept_ptx(R, NC * LT, 32, 4)
     out = tl.inline_asm_elementwise(ASM_R, SMEM_KEPT_CONSTRAINTS,
                                     [key, tl.broadcast_to(slots[:, None, None], key.shape)], dtype=tl.int32,
                                     is_pure=True, pack=32)
