@@ -289,23 +289,26 @@ def _packed_layouts_ok(ttgir: str) -> tuple[int, int, int, bool]:
 
 @pytest.mark.parametrize("shape,stride,bias,want", [
     ("deepseek-v3-bf16", 256, "bfloat16", (8, 1, 0)),
-    ("deepseek-v3-bf16", 264, "bfloat16", (0, 0, 0)),  # rows 16-byte aligned, not 16 elements apart
-    ("deepseek-v3-fp32", 260, "float32", (0, 0, 0)),
+    ("deepseek-v3-bf16", 264, "bfloat16", (8, 1, 0)),  # rows 16-byte aligned, not 16 elements apart
+    ("deepseek-v3-fp32", 260, "float32", (8, 0, 0)),
     ("deepseek-v3-fp32", 272, "float32", (8, 0, 0)),
     ("512-top22", 512, "float32", (0, 0, 1)),
-    ("512-top22", 520, "float32", (0, 0, 0)),
+    ("512-top22", 520, "float32", (0, 0, 1)),
+    ("512-top22", 514, "float32", (0, 0, 0)),  # rows 8-byte aligned: the registers' rounds
 ])
 def test_layout_bound_ptx_only_on_the_layouts_it_assumes(shape, stride, bias, want, tmp_path):
     """The PTX forms that assume a layout (WARP_ROWS_LEAN's packed round steps: four adjacent lanes of one row a call;
-    WARP_ROWS_SMEM_KEPT's exchange; CACHE_SMEM's rounds: a group a lane) are launched only where Triton gives their
-    operands that layout: the loads' layout follows the logits' row stride, which Triton specializes on when it is a
-    multiple of 16 elements. Rows padded to 260 or 264 elements (16-byte aligned all the same) put a kept lane a
-    thread with four rows in its registers, where a packed step took the max across the rows (wrong ids on a GPU
-    before 2026-12-07's fix): the launcher then keeps the compiler's forms (_row_stride_16). Both off-by-default forms
-    forced on here."""
+    WARP_ROWS_SMEM_KEPT's exchange; CACHE_SMEM's rounds: a group a lane) run only on the layout they assume. The
+    loads' layout follows what Triton proves of the rows' alignment, which it proves by itself only for a row stride
+    that is a multiple of 16 elements. Rows padded to 260 or 264 elements (16-byte aligned all the same) put a kept
+    lane a thread with four rows in its registers, where a packed step took the max across the rows (wrong ids on a
+    GPU before 2026-12-07's fix) and the fast path spilled; the kernels now say the rows are 16-byte aligned (the
+    launcher checks it: `_rows_16b`, the router kernel's ROWS_16B), and padded rows compile as contiguous ones do.
+    Rows not 16-byte aligned keep the compiler's forms. Both off-by-default forms forced on here."""
     dump = tmp_path / "k.sass"
-    _sass_count(shape, "--tokens", "65536", *(["--warp-rows"] if shape.startswith("deepseek") else []),
-                "--row-stride", str(stride), "--bias-dtype", bias, "--set", "WARP_ROWS_SMEM_KEPT=True",
-                "--set", "CACHE_SMEM=True", "--dump", str(dump))
+    stdout = _sass_count(shape, "--tokens", "65536", *(["--warp-rows"] if shape.startswith("deepseek") else []),
+                         "--row-stride", str(stride), "--bias-dtype", bias, "--set", "WARP_ROWS_SMEM_KEPT=True",
+                         "--set", "CACHE_SMEM=True", "--dump", str(dump))
+    assert " local=0 " in stdout, stdout[:300]
     steps, kept, cache, ok = _packed_layouts_ok((tmp_path / "k.sass.ttgir").read_text())
     assert (steps, kept, cache) == want and ok, (steps, kept, cache, ok)

@@ -761,7 +761,7 @@ def _launch(
     # Its PTX takes a group's words on one lane and the 32 groups on the warp's 32 lanes: the layout Triton gives
     # 16-byte loads of contiguous, 16-byte aligned rows (test_sass). Strided or misaligned logits get another one
     # (several groups a thread, a REDUX over a fraction of them), so those keep the registers' rounds.
-    rows_aligned = logits.stride(1) == 1 and _row_stride_16(logits) and logits.data_ptr() % 16 == 0
+    rows_aligned = _rows_16b(logits)
     cache_smem = bool(cache_depth and block_kc == 32 and not scalar_checks and rows_aligned
                       and (CACHE_SMEM and spec.K >= CACHE_SMEM_MIN_K and T >= CACHE_SMEM_MIN_TOKENS
                            if cache_smem_override is None else cache_smem_override)
@@ -834,7 +834,8 @@ def _launch(
         BIAS_EARLY=bias_early, WINNERS_IN_REGS=winners_in_regs, SCALAR_CHECKS=scalar_checks,
         KEPT_ONLY=kept_only, NAN_DEAD_OK=nan_dead_override is not False, ROWS_IN_RANGE=spec.block_m == 1 and T >= 1,
         EXACT32=(spec.num_warps == 1 and block_g * block_gs >= 1024) if exact32_override is None else exact32_override,
-        CACHE_DEPTH=cache_depth, CACHE_VEC=cache_vec, CACHE_SMEM=cache_smem, TRUNC_LOGIT_WORDS=trunc_logit_words,
+        CACHE_DEPTH=cache_depth, CACHE_VEC=cache_vec, CACHE_SMEM=cache_smem, ROWS_16B=rows_aligned,
+        TRUNC_LOGIT_WORDS=trunc_logit_words,
         SHIFT_WORDS=spec.block_m == 1 and (spec.K >= SHIFT_WORDS_MIN_K if shift_words_override is None
                                            else shift_words_override),
         PREFETCH_ROWS=prefetch_rows, PREFETCH_LINES=-(-row_bytes // 128) if prefetch_rows else 0,
@@ -876,8 +877,7 @@ def _warp_rows_plan(logits, bias, expert_scale, num_valid, hash_table, l2p, pack
     esize = logits.element_size()
     threads = WARP_ROWS_THREADS
     chunk = threads * (16 // esize)  # a thread's 16-byte load of adjacent lanes, `threads` threads a row
-    aligned = logits.data_ptr() % 16 == 0 and (logits.stride(0) * esize) % 16 == 0
-    if (lanes & (lanes - 1) or lanes % chunk or logits.stride(1) != 1 or not aligned or bias.stride(0) != 1
+    if (lanes & (lanes - 1) or lanes % chunk or not _rows_16b(logits) or bias.stride(0) != 1
             or bias.data_ptr() % 16 or (spec.N_GROUP > 1 and (spec.GROUP_SIZE & (spec.GROUP_SIZE - 1)
                                                              or spec.N_GROUP > 32))):
         return None
@@ -901,20 +901,21 @@ def _by_groups(value, grouped: bool):
     return value[grouped] if isinstance(value, tuple) else value
 
 
-def _row_stride_16(logits) -> bool:
-    """The logits' row stride a multiple of 16 elements, which Triton specializes on: only then do the rows-on-warps
-    kernel's loads (and the tiles built from them) take the layouts that its layout-bound PTX forms assume (the packed
-    round steps, the kept lanes through shared memory). A row stride of 260 or 264 elements (16-byte aligned rows
-    all the same) gives the kept lanes' words a lane a thread with the rows on registers, where a packed step would
-    take the max across four rows (sm_90 TTGIR; test_sass.py::test_layout_bound_ptx_only_on_the_layouts_it_assumes)."""
-    return logits.stride(0) % 16 == 0
+def _rows_16b(logits) -> bool:
+    """Contiguous rows, each starting 16-byte aligned: the router kernel's ROWS_16B (the rows-on-warps kernel takes
+    no others). Triton proves the rows' alignment itself only where the row stride is a multiple of 16 elements; told
+    so, it gives rows 260 or 264 elements apart (a view of a wider buffer) the 16-byte loads and the layouts of
+    contiguous rows, which the layout-bound PTX forms assume (the packed round steps, the kept lanes through shared
+    memory, CACHE_SMEM's rounds; test_sass.py::test_layout_bound_ptx_only_on_the_layouts_it_assumes)."""
+    return (logits.stride(1) == 1 and (logits.stride(0) * logits.element_size()) % 16 == 0
+            and logits.data_ptr() % 16 == 0)
 
 
 def _smem_kept(spec: _Spec, kept: bool, logits, rows: int, chunks: int, chunk: int) -> bool:
     """WARP_ROWS_SMEM_KEPT where its PTX applies: the kept groups' lanes (4 groups of 32 of 256) of bf16 / fp16 logits
-    on 8 threads a row (a chunk of 64 lanes), 4 or 8 rows a program, rows a multiple of 16 elements apart."""
+    on 8 threads a row (a chunk of 64 lanes), 4 or 8 rows a program."""
     return bool(WARP_ROWS_SMEM_KEPT and kept and logits.element_size() == 2 and chunk == 64 and chunks == 4
-                and rows in (4, 8) and spec.GROUP_SIZE == 32 and spec.TOPK_GROUP == 4 and _row_stride_16(logits))
+                and rows in (4, 8) and spec.GROUP_SIZE == 32 and spec.TOPK_GROUP == 4)
 
 
 def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float, rsf: float, rows: int,
@@ -937,7 +938,7 @@ def _launch_warp_rows(logits, bias, weights, ids, spec: _Spec, renorm_eps: float
         EXTRA=min(WARP_ROWS_EXTRA, words - 1 - spec.K),  # at most `words` words
         FORCE_EXACT=force_exact_override, NARROW=WARP_ROWS_NARROW, GROUP_ROUNDS=WARP_ROWS_GROUP_ROUNDS,
         LAZY_EXTRA=WARP_ROWS_LAZY_EXTRA, LEAN=WARP_ROWS_LEAN,
-        SMEM_KEPT=_smem_kept(spec, kept, logits, rows, chunks, chunk), ROW_STRIDE_16=_row_stride_16(logits),
+        SMEM_KEPT=_smem_kept(spec, kept, logits, rows, chunks, chunk),
         COUNT_FALLBACKS=stats is not None, ACCURATE=not _interpreting(), num_warps=rows * threads // 32, **extra,
     )
 

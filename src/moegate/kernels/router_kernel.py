@@ -1368,6 +1368,7 @@ def _route_kernel(
     CACHE_VEC: tl.constexpr,  # ... a group: lanes r * 32 * CACHE_VEC + g * CACHE_VEC + v (a thread's own lanes)
     SHIFT_WORDS: tl.constexpr,  # one row a program: the rounds' words shifted a column a round, not selected
     CACHE_SMEM: tl.constexpr,  # CACHE_DEPTH, one warp: the cached rounds with the caches in shared memory (GPU only)
+    ROWS_16B: tl.constexpr,  # contiguous rows, each 16-byte aligned (the launcher checks): said to the compiler
     USE_PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous grid
     PDL_TRIGGER: tl.constexpr,  # with USE_PDL, let the next grid launch: 0 at the start, 1 after selection, 2 never
     ACCURATE: tl.constexpr,
@@ -1406,6 +1407,10 @@ def _route_kernel(
     else:
         live = row_ok
     row_base = logits_ptr + rows64 * logits_row_stride  # [BM]
+    if ROWS_16B:
+        # Triton proves it only where the row stride is a multiple of 16 elements: rows a view of a wider buffer (260
+        # elements apart, say) would otherwise load a lane at a time, in a layout CACHE_SMEM's PTX does not assume.
+        row_base = tl.multiple_of(row_base, 16)
 
     kc = tl.arange(0, BLOCK_KC)  # [BKC] output columns
     routed = kc < K

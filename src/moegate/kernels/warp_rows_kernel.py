@@ -204,7 +204,6 @@ def _warp_rows_kernel(
     LAZY_EXTRA: tl.constexpr,  # the EXTRA words past the first loser found only where _repair runs
     LEAN: tl.constexpr,  # forms the compiler does not find: bf16 widening, the kept lanes' words, steps, bias, keys
     SMEM_KEPT: tl.constexpr,  # KEPT, GPU, bf16 / fp16: the kept lanes' keys from the first pass's through shared memory
-    ROW_STRIDE_16: tl.constexpr,  # the row stride a multiple of 16 elements: the layouts the packed round steps assume
     COUNT_FALLBACKS: tl.constexpr,
     ACCURATE: tl.constexpr,
 ):
@@ -216,7 +215,11 @@ def _warp_rows_kernel(
     row_ok = rows < num_tokens
     # The last program's rows past T read row T - 1 again (no masks on the loads); nothing of theirs is stored.
     rows64 = tl.minimum(rows, num_tokens - 1).to(tl.int64)
-    row_ptr = logits_ptr + rows64 * logits_row_stride  # [R]
+    # The launcher takes 16-byte aligned rows only. Said here, it gives the loads one layout at any such row stride,
+    # the one the layout-bound PTX forms assume (_step_below, _smem_kept). Triton proves it itself only where the
+    # stride is a multiple of 16 elements, and gave rows 260 or 264 elements apart a lane a thread with the rows on
+    # its registers (where a packed step took the max across four rows, and the fast path spilled).
+    row_ptr = tl.multiple_of(logits_ptr + rows64 * logits_row_stride, 16)  # [R]
     lane3 = tl.arange(0, NC)[None, :, None] * LT + tl.arange(0, LT)[None, None, :] + (rows * 0)[:, None, None]
     # LEAN: forms that the compiler does not find on its own, three in PTX (GPU only): bf16 widened a pair at a time
     # (_widen), the kept lanes' distance words by one mad.lo (_distance_words: on the whole row, DeepSeek-V4 1215 ->
@@ -353,7 +356,7 @@ def _warp_rows_kernel(
     # 1181 -> 1160, bf16 1175 -> 1152, DeepSeek-V4 1267 -> 1215; no local memory).
     C_FAST: tl.constexpr = K + 1 if LAZY_EXTRA else C
     for i in tl.static_range(1, C_FAST):
-        step = _step_below(word, cur, ASM and KEPT and ROW_STRIDE_16)
+        step = _step_below(word, cur, ASM and KEPT)
         cur = cur + step
         wk = tl.where(kc == i, cur[None, :], wk)
         if KE < KC and i < K:
