@@ -10,7 +10,8 @@ two-warp programs, register caps), and real logits are normal draws with ties in
   selection on logits, scale and softcap, renormalization modes, rsf, shared experts, zero experts, hash routing),
   or, one case in three, a real model's (a preset);
 - a layout (shared slots none / global / per rank, EP 1-8, EPLB replicas and policies, rsf on the output);
-- logits N(0, s^2) with s in {0.3, 1, 4} in fp32 / bf16 / fp16, a few rows with NaN, -inf, +inf or repeated values;
+- logits N(0, s^2) with s in {0.3, 1, 4} in fp32 / bf16 / fp16, a few rows with NaN, -inf, +inf or repeated values,
+  a quarter of them a view of a wider buffer (rows 8, 24 or 3 elements longer: 16-byte aligned or not);
 - a bias like the models' (N(0, 0.1^2), DeepSeek-like offsets of +2, or negative enough to push keys below 0), fp32
   or bf16; T from 1 to --max-tokens; num_valid_tokens absent, an int, or a device scalar.
 
@@ -210,6 +211,11 @@ def draw_inputs(rng: random.Random, config: RouterConfig, T: int, device: str) -
     if nv is not None:
         n = rng.randint(0, T)
         kw["num_valid_tokens"] = n if nv == "int" else torch.tensor([n], device=device)
+    pad = rng.choice((0, 0, 0, 8, 24, 3))  # a quarter of the logits a view of a wider buffer (8 / 24: 16-byte aligned)
+    if pad:
+        wide = torch.full((T, W + pad), float("nan"), dtype=dtype, device=device)
+        wide[:, :W] = kw["logits"]
+        kw["logits"] = wide[:, :W]
     return kw
 
 
@@ -240,7 +246,8 @@ def run_case(seed: int, max_tokens: int, device: str, max_width: int = max(WIDTH
     kw = draw_inputs(rng, config, T, device)
     logits = kw.pop("logits")
     nv = kw.get("num_valid_tokens")
-    desc = (f"seed={seed} T={T} {str(logits.dtype)[6:]} {config} {layout} home_rank={home_rank} "
+    desc = (f"seed={seed} T={T} {str(logits.dtype)[6:]} row stride {logits.stride(0)} {config} {layout} "
+            f"home_rank={home_rank} "
             f"bias={None if 'bias' not in kw else str(kw['bias'].dtype)[6:]} num_valid={nv if nv is None else int(nv)}")
     width = config.top_k + layout.num_shared_columns(config.num_shared_experts)
     out = (torch.full((T, width), float("nan"), device=device), torch.full((T, width), -7, dtype=torch.int32,

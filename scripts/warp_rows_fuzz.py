@@ -7,7 +7,8 @@ scripts/gpu_fuzz.py draws every knob, so few of its cases fall in this kernel's 
 bias, E a power of 2 and a multiple of a chunk, no extras: kernels/warp_rows_kernel.py). Each case here draws E in
 {128, 256, 512}, the scoring, groups (top2_sum or max, any topk_group), K up to 31, renormalisation (eps added or
 clamped), the scale in the weights or on the output, fp32 / bf16 / fp16 logits (a third of them rounded to quarters:
-ties), biases of either sign and dtype, and NaN, -inf, +inf and extreme logits; it routes with warp_rows_override on
+ties; a quarter of them a view of a wider buffer: padded rows, 16-byte aligned or not), biases of either sign and
+dtype, and NaN, -inf, +inf and extreme logits; it routes with warp_rows_override on
 (_repair drawn on or off, with K + 1 or K + 2 candidates, a row on 8, 16 or 32 threads, a bias of another dtype than
 the logits' on the kept lanes or the whole row, the fast path's forms of 2026-12-07 each on or off; some rows' best
 logit repeated an ulp away: close keys) and checks every row against the reference: ids equal and weights
@@ -59,7 +60,13 @@ def draw(rng: random.Random, max_tokens: int, device: str):
         x[r, rng.randrange(E)] = torch.nextafter(x[r, best], torch.tensor(rng.choice((-1e30, 1e30))))
     bias = torch.randn(E, generator=g) * rng.choice((0.01, 0.1, 1.0)) + rng.choice((0.0, 0.5, -0.5))
     bias = bias.to(rng.choice((torch.float32, dtype)))
-    return config, layout, x.to(dtype).to(device), bias.to(device)
+    x = x.to(dtype).to(device)
+    pad = rng.choice((0, 0, 0, 8, 24, 3))  # a quarter of the rows a view of a wider buffer (8 / 24: 16-byte aligned)
+    if pad:
+        wide = torch.full((T, E + pad), float("nan"), dtype=dtype, device=device)
+        wide[:, :E] = x
+        x = wide[:, :E]
+    return config, layout, x, bias.to(device)
 
 
 def run_case(seed: int, max_tokens: int, device: str, stats: torch.Tensor) -> str:
@@ -103,7 +110,8 @@ def run_case(seed: int, max_tokens: int, device: str, stats: torch.Tensor) -> st
         if len(set(row)) != config.top_k or min(row) < 0 or max(row) >= config.num_experts:
             wrong.append("a +inf row's ids")
     kernel = f"rows-on-warps, R={seen[0]['R']} LT={seen[0]['LT']}" if "R" in seen[0] else "router kernel"
-    return f"{', '.join(wrong)} ({kernel}; {config}, {x.dtype}, T={x.shape[0]})" if wrong else ""
+    return f"{', '.join(wrong)} ({kernel}; {config}, {x.dtype}, T={x.shape[0]}, row stride {x.stride(0)})" if wrong \
+        else ""
 
 
 def main(argv=None) -> int:
