@@ -1376,13 +1376,15 @@ def test_rounds_on_cached_group_words(config, depth, dtype, monkeypatch):
                                     RouterConfig(896, 16, scoring="sigmoid", has_correction_bias=True)],
                          ids=["512-top22", "896-top16"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_cache_smem_rounds_route_bit_for_bit_alike(config, dtype, monkeypatch):
+@pytest.mark.parametrize("pad", [0, 8], ids=["contiguous", "padded"])
+def test_cache_smem_rounds_route_bit_for_bit_alike(config, dtype, pad, monkeypatch):
     """CACHE_SMEM (off by default; built without a GPU): the cached rounds with each group's cache in shared memory
     (one inline-PTX call a lane) route exactly as the registers' form: ids and weights bit for bit, the same programs
     redone, on random rows, rows whose winners crowd one group (its cache runs out and the row takes the exact path),
-    rows with -inf and NaN lanes, at depths 6 and 7 and on the fast keys. The interpreter keeps the registers' form
-    (PTX), so on the CPU this checks that the launch gets the flag and still routes like the reference; the asm's
-    layout is checked offline by test_sass."""
+    rows with -inf and NaN lanes, at depths 6 and 7 and on the fast keys; contiguous rows and rows `pad` elements
+    longer (a view of a wider buffer, 16-byte aligned: ROWS_16B gives them the layout the PTX assumes). The
+    interpreter keeps the registers' form (PTX), so on the CPU this checks that the launch gets the flag and still
+    routes like the reference; the asm's layout is checked offline by test_sass."""
     import moegate.kernels.router as kr
 
     E, K = config.num_experts, config.top_k
@@ -1398,7 +1400,7 @@ def test_cache_smem_rounds_route_bit_for_bit_alike(config, dtype, monkeypatch):
         x[r, [lane for lane in lanes if lane < E]] += 6.0
     x[20, 5:300:7] = float("-inf")
     x[21, 17] = float("nan")
-    x = x.to(dtype).to(DEVICE)
+    x = torch.cat([x, torch.full((x.shape[0], pad), float("nan"))], dim=1).to(dtype).to(DEVICE)[:, :E]
     bias = (torch.randn(E, generator=g) * 0.01).to(DEVICE)
     want = route(x, config, backend="reference", bias=bias)
     for depth, approx in ((6, False), (7, False), (6, True)):
@@ -1412,6 +1414,7 @@ def test_cache_smem_rounds_route_bit_for_bit_alike(config, dtype, monkeypatch):
             _, counts = _counted(x, config, bias=bias, out=(weights, ids))
             launch = seen[-1]
             assert launch["CACHE_DEPTH"] == depth and launch["CACHE_SMEM"] is smem and launch["BLOCK_KC"] == 32
+            assert launch["ROWS_16B"] and x.stride(0) == E + pad
             outs[smem] = (ids, weights, counts)
         torch.testing.assert_close(outs[True][0], want.ids, rtol=0, atol=0)
         torch.testing.assert_close(outs[True][1], want.weights, **TOLERANCES["default"])
@@ -1439,13 +1442,17 @@ def test_cache_smem_where_it_applies(monkeypatch):
         seen = _launch_kwargs(torch.empty(T, E), RouterConfig(E, K, **sig), bias=torch.zeros(E))
         assert seen["CACHE_SMEM"] is want, (E, K, T, seen["CACHE_SMEM"])
     monkeypatch.setattr(kr, "cache_smem_override", None)
-    # Its PTX takes a group a lane, the layout of 16-byte loads of contiguous rows 16 elements apart: strided,
-    # padded (520) or misaligned logits keep the registers' rounds (test_sass.py checks the layouts).
+    # Its PTX takes a group a lane, the layout of 16-byte loads of contiguous, 16-byte aligned rows (ROWS_16B, which
+    # the kernel states to the compiler: padded rows 520 elements apart take it too); strided or misaligned logits
+    # keep the registers' rounds (test_sass.py checks the layouts).
     c512, b512 = RouterConfig(512, 22, **sig), torch.zeros(512)
-    for x in (torch.empty(65536, 1024)[:, ::2], torch.empty(65536, 520)[:, :512],
-              torch.empty(65536 * 512 + 1)[1:].view(65536, 512), torch.empty(512, 65536).t()):
+    for x, aligned in ((torch.empty(65536, 1024)[:, ::2], False), (torch.empty(65536, 520)[:, :512], True),
+                       (torch.empty(65536, 514)[:, :512], False),
+                       (torch.empty(65536 * 512 + 1)[1:].view(65536, 512), False),
+                       (torch.empty(512, 65536).t(), False)):
         seen = _launch_kwargs(x, c512, bias=b512)
-        assert seen["CACHE_DEPTH"] > 0 and seen["CACHE_SMEM"] is False, (x.stride(), x.data_ptr() % 16)
+        assert seen["CACHE_DEPTH"] > 0 and seen["CACHE_SMEM"] is seen["ROWS_16B"] is aligned, (x.stride(),
+                                                                                              x.data_ptr() % 16)
     monkeypatch.setattr(kr, "cache_smem_override", False)
     assert _launch_kwargs(torch.empty(65536, 512), RouterConfig(512, 22, **sig), bias=torch.zeros(512))[
         "CACHE_SMEM"] is False
@@ -3020,6 +3027,35 @@ def test_strided_logits_and_allocating_path(split, monkeypatch):
         got = route(logits, config, backend="triton", **kw)
         want = route(logits, config, backend="reference", **kw)
         assert_same_routing(got, want, logits, config, kw["bias"], near_ties=True)
+
+
+@pytest.mark.parametrize("config", [
+    RouterConfig(256, 8, scoring="sigmoid", has_correction_bias=True, n_group=8, topk_group=4,
+                 routed_scaling_factor=2.5),
+    RouterConfig(128, 8, renormalize=True),
+    RouterConfig(512, 22, scoring="sigmoid", has_correction_bias=True),
+    RouterConfig(8, 2, renormalize=True),
+], ids=["deepseek-v3", "qwen3", "512-top22", "mixtral"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_padded_rows_route_like_the_reference(config, dtype, monkeypatch):
+    """Logits a view of a wider buffer, rows 8 elements longer (16-byte aligned: the router kernel states it to the
+    compiler, ROWS_16B, and the launch compiles as for contiguous rows) or 3 longer (not aligned: ROWS_16B off), route
+    like the reference into poisoned outputs on the router kernel's launches at each T."""
+    seen = _spy_launches(monkeypatch)
+    E = config.num_experts
+    for pad in (8, 3):
+        for T in (1, 37, 4096) if FULL else (1, 37):
+            wide = torch.cat([tie_free_logits(T, E, seed=T + pad), torch.full((T, pad), float("nan"))], dim=1)
+            logits = wide.to(dtype).to(DEVICE)[:, :E]
+            kw = extras(config, T)
+            out = poisoned_out(T, config.top_k)
+            seen.clear()
+            got = route(logits, config, backend="triton", out=out, **kw)
+            want = route(logits, config, backend="reference", **kw)
+            assert_same_routing(got, want, logits, config, kw.get("bias"), near_ties=True)
+            launches = [s for s in seen if "ROWS_16B" in s]
+            aligned = (E + pad) * logits.element_size() % 16 == 0
+            assert launches and all(s["ROWS_16B"] is aligned for s in launches), (pad, T, launches)
 
 
 def test_unsupported_configs_raise_before_launch():
