@@ -285,3 +285,29 @@ def test_providers_rotate_distinct_copies_on_the_gpu(monkeypatch):
         mg()
     torch.cuda.synchronize()
     assert all(not c.out[0].isnan().any() for c in mg.fns) and mg.verify() == 0
+
+
+def test_row_pad_counts_in_the_rotated_bytes(monkeypatch):
+    """--row-pad: a copy's bytes count the rows' padding (the rotation sizes its copies by them)."""
+    config, dtype = bench.SHAPES["deepseek-v3-bf16"]
+    plain = bench._copy_bytes(config, dtype, 1024)
+    monkeypatch.setattr(bench, "ROW_PAD", 8)
+    assert bench._copy_bytes(config, dtype, 1024) - plain == 1024 * 8 * 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the providers live on a CUDA device")
+def test_providers_pad_rows_on_the_gpu(monkeypatch):
+    """--row-pad 8: every copy's logits are views of rows 8 elements wider (16-byte aligned for bf16), the floor and
+    moegate read those views, and moegate's copies route right."""
+    config, dtype = bench.SHAPES["deepseek-v3-bf16"]
+    monkeypatch.setattr(bench, "ROW_PAD", 8)
+    monkeypatch.setattr(bench, "ROTATE_BYTES", 2 * bench._copy_bytes(config, dtype, 40))
+    fns = bench._providers(config, dtype, 40, None, set())
+    mg = fns["moegate"]
+    assert mg.copies == 2 and all(c.logits.stride() == (264, 1) for c in mg.fns)
+    assert [f.__defaults__[0].stride(0) for f in fns["floor"].fns] == [264, 264]
+    mg.poison()
+    for _ in range(2):
+        mg()
+    torch.cuda.synchronize()
+    assert mg.verify() == 0

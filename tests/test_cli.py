@@ -983,6 +983,7 @@ def test_bench_set_takes_launcher_settings_and_refuses_anything_else(capsys):
     (["--verify-rows", "-1"], "--verify-rows must be >= 0"),
     (["--rep", "0"], "--rep must be >= 1"),
     (["--rotate-mb", "-1"], "--rotate-mb must be >= 0"),
+    (["--row-pad", "-8"], "--row-pad must be >= 0"),
     (["--json", "/nonexistent-folder/x.json"], "--json /nonexistent-folder/x.json: no folder"),
     (["--json", "."], "give a file name, not a folder"),
 ])

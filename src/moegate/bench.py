@@ -360,11 +360,14 @@ class _SGLang:
 # written its logits runs; the JSON rows give each launch's rotated MB.
 ROTATE_BYTES = 256 << 20
 MAX_COPIES = 256
+# --row-pad: each row's logits this many elements apart more than its width (a view of a wider buffer, as where the
+# gate GEMM writes a padded output). The rotation's bytes count the padding too.
+ROW_PAD = 0
 
 
 def _copy_bytes(config, dtype, T) -> int:
-    """One copy's logits and outputs (fp32 weights, int32 ids), bytes."""
-    return T * config.num_scored * torch.finfo(dtype).bits // 8 + T * config.top_k * 8
+    """One copy's logits (with --row-pad's padding) and outputs (fp32 weights, int32 ids), bytes."""
+    return T * (config.num_scored + ROW_PAD) * torch.finfo(dtype).bits // 8 + T * config.top_k * 8
 
 
 def _copies(config, dtype, T) -> int:
@@ -417,8 +420,9 @@ def _providers(config, dtype, T, sglang, want, flashinfer=None):
     g = torch.Generator(device="cuda").manual_seed(T)
     W, K = config.num_scored, config.top_k
     C = _copies(config, dtype, T)
-    # The logits first, then the bias: with one copy (--rotate-mb 0) the inputs of runs 1-112.
-    all_logits = torch.randn(C, T, W, generator=g, device="cuda").to(dtype)
+    # The logits first, then the bias: with one copy (--rotate-mb 0) the inputs of runs 1-112. --row-pad: views of
+    # wider rows (their padding never read).
+    all_logits = torch.randn(C, T, W + ROW_PAD, generator=g, device="cuda").to(dtype)[..., :W]
     bias = (torch.randn(W, generator=g, device="cuda") * 0.1) if config.has_correction_bias else None
     per_copy = {name: [] for name in ("moegate", "floor", "floor0", "sglang", "flashinfer", "reference", "compiled")}
     if "compiled" in want:
@@ -434,7 +438,7 @@ def _providers(config, dtype, T, sglang, want, flashinfer=None):
         per_copy["floor0"].append(lambda x=logits, o=floor_out: _floor_launch(x, *o, K, pdl=False))
         if sglang is not None and _sglang_covers(config):
             per_copy["sglang"].append(_SGLang(sglang, logits, config, bias))
-        if flashinfer is not None and _flashinfer_covers(config):
+        if flashinfer is not None and _flashinfer_covers(config) and ROW_PAD == 0:  # its op takes contiguous rows
             per_copy["flashinfer"].append(_FlashInfer(flashinfer, logits, config, bias))
         if "reference" in want:
             per_copy["reference"].append(lambda x=logits: route_reference(x, config, bias=bias))
@@ -909,7 +913,7 @@ def _counts(parser, option: str, text: str) -> list[int]:
 
 
 def main(argv=None) -> int:
-    global VERIFY_ROWS, COUNT_FALLBACKS, TIMER, ROTATE_BYTES
+    global VERIFY_ROWS, COUNT_FALLBACKS, TIMER, ROTATE_BYTES, ROW_PAD
     p = argparse.ArgumentParser(prog="moegate bench", description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default=",".join(DEFAULT_SHAPES),
                    help="comma-separated names: " + ", ".join(SHAPES) + " (default: all but "
@@ -932,6 +936,9 @@ def main(argv=None) -> int:
                    help="MB of copies of each launch's inputs and outputs that every provider cycles through, so "
                         "that large launches read logits from HBM, not the L2 (at most %d copies; 0: one copy, every "
                         "replay on the same buffers)" % MAX_COPIES)
+    p.add_argument("--row-pad", type=int, default=ROW_PAD,
+                   help="time logits whose rows lie this many elements further apart than their width (a view of a "
+                        "wider buffer; FlashInfer's op, which takes contiguous rows, is left out)")
     p.add_argument("--json", help="write the rows and the summary here")
     p.add_argument("--sweep", action="store_true", help="time launch shapes instead of providers")
     p.add_argument("--ab", default=None,
@@ -963,6 +970,8 @@ def main(argv=None) -> int:
         p.error("--sweep times launch shapes, not the --ab variants; give one of them")
     if args.rotate_mb < 0:
         p.error(f"--rotate-mb must be >= 0, not {args.rotate_mb}")
+    if args.row_pad < 0:
+        p.error(f"--row-pad must be >= 0, not {args.row_pad}")
     if args.verify_rows < 0:
         p.error(f"--verify-rows must be >= 0 (0: no check), not {args.verify_rows}")
     if args.rep < 1:
@@ -976,6 +985,7 @@ def main(argv=None) -> int:
             p.error(str(exc))
     VERIFY_ROWS = args.verify_rows
     ROTATE_BYTES = args.rotate_mb << 20
+    ROW_PAD = args.row_pad
     TIMER = args.timer
     COUNT_FALLBACKS = args.fallbacks
     if not torch.cuda.is_available():
@@ -990,6 +1000,7 @@ def main(argv=None) -> int:
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} | {torch.cuda.get_device_name()} | "
           f"torch {torch.__version__} | triton {triton.__version__} | timer {TIMER}: CUDA-graph median, "
           f"rep={args.rep} ms | inputs rotated over {args.rotate_mb} MB (at most {MAX_COPIES} copies; cp)"
+          + (f" | rows padded by {ROW_PAD} elements" if ROW_PAD else "")
           + "".join(f" | {k}={v!r}" for k, v in settings.items()))
     if args.sweep:
         rows = sweep(shapes, tokens, args.rep)
@@ -1013,7 +1024,8 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "triton": triton.__version__, "rows": rows, "summary": lines}, f, indent=1)
+                       "triton": triton.__version__, "row_pad": ROW_PAD, "rows": rows, "summary": lines}, f,
+                      indent=1)
     return 0
 
 
