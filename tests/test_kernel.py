@@ -3039,11 +3039,12 @@ def test_strided_logits_and_allocating_path(split, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_padded_rows_route_like_the_reference(config, dtype, monkeypatch):
     """Logits a view of a wider buffer, rows 8 elements longer (16-byte aligned: the router kernel states it to the
-    compiler, ROWS_16B, and the launch compiles as for contiguous rows) or 3 longer (not aligned: ROWS_16B off), route
-    like the reference into poisoned outputs on the router kernel's launches at each T."""
+    compiler, ROWS_16B, and the launch compiles as for contiguous rows), 12 longer (aligned for fp32, not for bf16)
+    or 3 longer (not aligned: ROWS_16B off), route like the reference into poisoned outputs on the router kernel's
+    launches at each T (Mixtral's one row a thread, Qwen3's split rows at T = 4096 on the GPU)."""
     seen = _spy_launches(monkeypatch)
     E = config.num_experts
-    for pad in (8, 3):
+    for pad in (8, 12, 3):
         for T in (1, 37, 4096) if FULL else (1, 37):
             wide = torch.cat([tie_free_logits(T, E, seed=T + pad), torch.full((T, pad), float("nan"))], dim=1)
             logits = wide.to(dtype).to(DEVICE)[:, :E]
