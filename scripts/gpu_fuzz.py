@@ -211,12 +211,22 @@ def draw_inputs(rng: random.Random, config: RouterConfig, T: int, device: str) -
     if nv is not None:
         n = rng.randint(0, T)
         kw["num_valid_tokens"] = n if nv == "int" else torch.tensor([n], device=device)
-    pad = rng.choice((0, 0, 0, 8, 24, 3))  # a quarter of the logits a view of a wider buffer (8 / 24: 16-byte aligned)
-    if pad:
-        wide = torch.full((T, W + pad), float("nan"), dtype=dtype, device=device)
-        wide[:, :W] = kw["logits"]
-        kw["logits"] = wide[:, :W]
+    kw["logits"] = padded_view(kw["logits"], rng.choice(ROW_PADS))
     return kw
+
+
+# A quarter of the cases route a view of a wider buffer: rows 8 or 24 elements longer (16-byte aligned in every dtype)
+# or 3 longer (not aligned). scripts/warp_rows_fuzz.py draws the same.
+ROW_PADS = (0, 0, 0, 8, 24, 3)
+
+
+def padded_view(x: torch.Tensor, pad: int) -> torch.Tensor:
+    """x [T, W] as a view of rows pad elements wider (the padding NaN, never read); x itself where pad is 0."""
+    if not pad:
+        return x
+    wide = torch.full((x.shape[0], x.shape[1] + pad), float("nan"), dtype=x.dtype, device=x.device)
+    wide[:, : x.shape[1]] = x
+    return wide[:, : x.shape[1]]
 
 
 def case_tags(seed: int, max_tokens: int, max_width: int = max(WIDTHS), min_tokens: int = 1) -> list[str]:

@@ -26,6 +26,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
+from gpu_fuzz import ROW_PADS, padded_view  # noqa: E402  (this folder: the same padded rows as the other fuzz)
+
 import moegate.kernels.router as kr  # noqa: E402
 from moegate import ExpertLayout, RouterConfig, route  # noqa: E402
 from moegate.reference import outside_domain  # noqa: E402
@@ -60,12 +62,7 @@ def draw(rng: random.Random, max_tokens: int, device: str):
         x[r, rng.randrange(E)] = torch.nextafter(x[r, best], torch.tensor(rng.choice((-1e30, 1e30))))
     bias = torch.randn(E, generator=g) * rng.choice((0.01, 0.1, 1.0)) + rng.choice((0.0, 0.5, -0.5))
     bias = bias.to(rng.choice((torch.float32, dtype)))
-    x = x.to(dtype).to(device)
-    pad = rng.choice((0, 0, 0, 8, 24, 3))  # a quarter of the rows a view of a wider buffer (8 / 24: 16-byte aligned)
-    if pad:
-        wide = torch.full((T, E + pad), float("nan"), dtype=dtype, device=device)
-        wide[:, :E] = x
-        x = wide[:, :E]
+    x = padded_view(x.to(dtype).to(device), rng.choice(ROW_PADS))
     return config, layout, x, bias.to(device)
 
 

@@ -1409,7 +1409,7 @@ def _route_kernel(
     row_base = logits_ptr + rows64 * logits_row_stride  # [BM]
     if ROWS_16B:
         # Triton proves it only where the row stride is a multiple of 16 elements: rows a view of a wider buffer (260
-        # elements apart, say) would otherwise load a lane at a time, in a layout CACHE_SMEM's PTX does not assume.
+        # elements apart, say) would otherwise take narrower loads, in a layout CACHE_SMEM's PTX does not assume.
         row_base = tl.multiple_of(row_base, 16)
 
     kc = tl.arange(0, BLOCK_KC)  # [BKC] output columns
